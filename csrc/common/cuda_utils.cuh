@@ -1,0 +1,40 @@
+#pragma once
+// Small CUDA helpers shared by every family: launch sizing, CUB temp storage from
+// torch's caching allocator, and graph-capture detection.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace wrs {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Blocks for a grid-stride loop over `items`: enough to fill the device, no more.
+inline int grid_for(int64_t items, int threads) {
+  static const int max_blocks = [] {
+    const auto* p = at::cuda::getCurrentDeviceProperties();
+    return p->multiProcessorCount * (p->maxThreadsPerMultiProcessor / 256) * 4;
+  }();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ceil_div(items, threads), max_blocks)));
+}
+
+// Runs a CUB device-wide algorithm twice (size query, then work) with temp storage
+// taken from torch's caching allocator, so no cudaMalloc per call.
+template <typename F>
+void cub_call(F&& f) {
+  size_t bytes = 0;
+  C10_CUDA_CHECK(f(nullptr, bytes));
+  auto storage = c10::cuda::CUDACachingAllocator::get()->allocate(std::max<size_t>(bytes, 1));
+  C10_CUDA_CHECK(f(storage.get(), bytes));
+}
+
+inline bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace wrs

@@ -1,0 +1,34 @@
+#pragma once
+// CUDA side of csrc/common/philox.h: torch's CUDA generator hands out (seed, offset)
+// through philox_cuda_state, which also works under CUDA-graph capture (the offset is
+// then read from device memory at replay), and cuRAND's Philox produces the numbers.
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <ATen/cuda/PhiloxUtils.cuh>
+#include <curand_kernel.h>
+
+#include <mutex>
+#include <optional>
+
+namespace wrs {
+
+// `draws_per_subsequence`: the most 32-bit numbers any one subsequence consumes in the
+// call; the generator's offset advances by that much, so the next call is independent.
+inline at::PhiloxCudaState cuda_philox_state(const std::optional<at::Generator>& generator,
+                                             c10::DeviceIndex device,
+                                             uint64_t draws_per_subsequence) {
+  auto* gen = at::get_generator_or_default<at::CUDAGeneratorImpl>(
+      generator, at::cuda::detail::getDefaultCUDAGenerator(device));
+  std::lock_guard<std::mutex> lock(gen->mutex_);
+  const uint64_t increment = (draws_per_subsequence + 3) / 4 * 4;
+  return gen->philox_cuda_state(increment);
+}
+
+__device__ inline curandStatePhilox4_32_10_t philox_stream(const at::PhiloxCudaState& state,
+                                                          uint64_t subsequence) {
+  const auto seeds = at::cuda::philox::unpack(state);
+  curandStatePhilox4_32_10_t rng;
+  curand_init(std::get<0>(seeds), subsequence, std::get<1>(seeds), &rng);
+  return rng;
+}
+
+}  // namespace wrs

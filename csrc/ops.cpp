@@ -1,0 +1,12 @@
+// The one place where every torch.ops.wrs schema is defined. Kernels register
+// themselves per device next to their code (csrc/<family>/*_cpu.cpp, *_cuda.cu).
+#include <torch/library.h>
+
+TORCH_LIBRARY(wrs, m) {
+  // Alias tables: weights [..., N] -> int64 table [..., N] (threshold | alias << 32).
+  // validate=True checks the weight values; on CUDA that costs one host sync, so pass
+  // validate=False inside CUDA graphs or wherever a sync is unwelcome.
+  m.def("alias_table(Tensor weights, *, bool validate=True) -> Tensor");
+  m.def("alias_sample(Tensor table, SymInt num_samples, *, Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The two entry points of the README:
+#   bash scripts/run.sh demo   build torch_wrs and run examples/demo.py
+#   bash scripts/run.sh test   build torch_wrs and run every test (pytest, then the C++ TorchScript test)
+# It uses the python3 that already has torch (the GPU machine) and otherwise makes .venv
+# with the CPU build of torch 2.13. Extra arguments go to pytest or to the demo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-}"
+shift || true
+
+if [ -x .venv/bin/python ]; then
+  PY=.venv/bin/python
+elif python3 -c "import torch" 2>/dev/null; then
+  PY=python3
+else
+  echo "== no torch here: making .venv with the CPU build of torch 2.13"
+  python3 -m venv .venv
+  PY=.venv/bin/python
+  $PY -m pip install -q --upgrade pip
+  $PY -m pip install -q "torch==2.13.0"
+fi
+$PY -c "import numpy, scipy, pytest, setuptools" 2>/dev/null ||
+  $PY -m pip install -q numpy scipy pytest setuptools wheel
+$PY -c "import ninja" 2>/dev/null || $PY -m pip install -q ninja || true
+
+echo "== building torch_wrs with $($PY -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"
+MAX_JOBS="${MAX_JOBS:-$(nproc)}" $PY -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | grep -v "^WARNING: Running pip as" || true
+$PY -c "import torch_wrs" # fails loudly if the build did not produce the extension
+
+case "$what" in
+  demo)
+    exec $PY examples/demo.py "$@"
+    ;;
+  test)
+    $PY -m pytest tests -q -p no:cacheprovider "$@"
+    echo "== C++: LibTorch build and the TorchScript test (loads what pytest exported)"
+    prefix="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+    mkdir -p build
+    cmake -S . -B build/cmake -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$(command -v $PY)" > build/cmake.log 2>&1 ||
+      { cat build/cmake.log; exit 1; }
+    cmake --build build/cmake -j "$(nproc)" >> build/cmake.log 2>&1 || { tail -50 build/cmake.log; exit 1; }
+    ctest --test-dir build/cmake --output-on-failure
+    ;;
+  *)
+    echo "usage: bash scripts/run.sh demo|test [args]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,111 @@
+"""Oracles shared by the tests: a sequential Vose alias table, exact reconstruction
+of a packed table, and the G-test on sample counts."""
+import math
+
+import numpy as np
+import scipy.stats
+import torch
+
+BUCKET = 1 << 32
+
+
+def table_mass(table):
+    """Integer mass (in units of 2**-32 of a bucket) each item gets from a packed table."""
+    threshold = table & 0xFFFFFFFF
+    alias = table >> 32
+    buckets = torch.arange(table.shape[-1], device=table.device).expand_as(table)
+    mass = torch.zeros_like(table)
+    mass.scatter_add_(-1, buckets, threshold)
+    mass.scatter_add_(-1, alias, BUCKET - threshold)
+    return mass
+
+
+def assert_encodes(table, weights):
+    """The table encodes w / sum(w) exactly up to its fixed-point resolution.
+
+    Bound (units of 2**-32 of a bucket, i.e. probability 2**-32 / N): every bucket holds
+    exactly 2**32 units; zero weights get 0; every light item (below one bucket) is within
+    half a unit (+1e-12 relative for float64 rounding of the reference); heavy items
+    together absorb the rounding remainder, at most half a unit per nonzero item.
+    """
+    n = weights.shape[-1]
+    table = table.cpu().reshape(-1, n)
+    w = weights.detach().cpu().double().reshape(-1, n)
+    mass = table_mass(table)
+    assert (mass.sum(-1) == n * BUCKET).all(), "buckets do not each hold exactly one bucket of mass"
+    ref = w / w.sum(-1, keepdim=True) * (n * float(BUCKET))
+    err = mass.double() - ref
+    assert (mass[w == 0] == 0).all(), "a zero weight got mass"
+    light = ref < BUCKET - 1
+    bound = 0.5 + 1e-12 * ref + 1e-9
+    assert (err.abs()[light] <= bound[light]).all(), f"light item off by {err.abs()[light].max().item()} units"
+    nonzero = (w > 0).sum(-1).double()
+    heavy_err = (err.abs() * (~light)).sum(-1)
+    assert (heavy_err <= 0.5 * nonzero + 1e-12 * n * BUCKET + 1).all(), f"heavy items off by {heavy_err.max().item()}"
+
+
+def vose_table(weights):
+    """Sequential Vose construction (float64), packed in torch_wrs's table format."""
+    w = np.asarray(weights, dtype=np.float64)
+    n = len(w)
+    q = w * n / w.sum()
+    prob = np.ones(n)
+    alias = np.arange(n)
+    small = [i for i in range(n) if q[i] < 1]
+    large = [i for i in range(n) if q[i] >= 1]
+    while small and large:
+        s, l = small.pop(), large.pop()
+        prob[s], alias[s] = q[s], l
+        q[l] = q[l] + q[s] - 1
+        (small if q[l] < 1 else large).append(l)
+    threshold = np.minimum(np.rint(prob * BUCKET), BUCKET - 1).astype(np.int64)
+    full = prob >= 1
+    threshold[full] = BUCKET - 1
+    alias[full] = np.arange(n)[full]
+    return torch.from_numpy(threshold | (alias.astype(np.int64) << 32))
+
+
+def g_test_pvalue(counts, probs):
+    """p-value of the G-test that `counts` were drawn from `probs` (categories with an
+    expected count under 5 are pooled). Raises if a zero-probability category was hit."""
+    counts = counts.detach().cpu().double().reshape(-1)
+    probs = probs.detach().cpu().double().reshape(-1)
+    probs = probs / probs.sum()
+    assert counts[probs == 0].sum() == 0, "a zero-probability category was sampled"
+    total = counts.sum()
+    expected = probs * total
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big & (probs > 0)].sum().reshape(1)])
+    exp = torch.cat([expected[big], expected[~big & (probs > 0)].sum().reshape(1)])
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    if len(obs) < 2:
+        return 1.0
+    pos = obs > 0
+    g = 2.0 * float((obs[pos] * torch.log(obs[pos] / exp[pos])).sum())
+    return float(scipy.stats.chi2.sf(g, len(obs) - 1))
+
+
+def weight_cases(generator=None):
+    """The adversarial weight shapes of the design, as float64 CPU tensors."""
+    g = torch.Generator().manual_seed(1234) if generator is None else generator
+    cases = {}
+    cases["uniform_random"] = torch.rand(1000, generator=g, dtype=torch.float64)
+    z = torch.rand(997, generator=g, dtype=torch.float64)
+    z[torch.rand(997, generator=g) < 0.6] = 0
+    cases["zeros_mixed_in"] = z
+    one = torch.zeros(513, dtype=torch.float64)
+    one[200] = 3.5
+    cases["one_nonzero"] = one
+    cases["all_equal"] = torch.full((1024,), 0.7, dtype=torch.float64)
+    cases["single_item"] = torch.tensor([2.0], dtype=torch.float64)
+    cases["dynamic_range_1e-30_1e30"] = 10 ** (torch.rand(4099, generator=g, dtype=torch.float64) * 60 - 30)
+    cases["denormals"] = torch.rand(300, generator=g, dtype=torch.float64) * 4.9e-322
+    i = torch.arange(1, 100_001, dtype=torch.float64)
+    cases["power_law_sorted"] = 1 / i
+    cases["power_law_shuffled"] = (1 / i)[torch.randperm(len(i), generator=g)]
+    cases["power_law_steep_sorted"] = i.pow(-2.5)
+    cases["one_huge_item"] = torch.cat([torch.tensor([1e12], dtype=torch.float64), torch.rand(5000, generator=g, dtype=torch.float64)])
+    cases["not_power_of_two"] = torch.rand(100_003, generator=g, dtype=torch.float64) + 0.01
+    cases["near_uniform"] = 1 + 1e-9 * torch.rand(4096, generator=g, dtype=torch.float64)
+    return cases

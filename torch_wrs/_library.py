@@ -1,0 +1,31 @@
+"""Loads the compiled operators (torch.ops.wrs.*) and registers their fake kernels.
+
+The fake (meta) kernels give torch.compile and FakeTensor the output shapes without
+running anything; the real kernels are in csrc/.
+"""
+import glob
+import os
+
+import torch
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_candidates = sorted(glob.glob(os.path.join(_here, "_C*.so")) + glob.glob(os.path.join(_here, "_C*.pyd")))
+if not _candidates:
+    raise ImportError(
+        "torch_wrs: the compiled extension torch_wrs/_C is missing; build it with "
+        "`pip install --no-build-isolation -e .`"
+    )
+torch.ops.load_library(_candidates[0])
+HAS_CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("wrs::alias_table", "CUDA")
+
+
+@torch.library.register_fake("wrs::alias_table")
+def _alias_table_fake(weights, *, validate=True):
+    torch._check(weights.dim() >= 1, lambda: "alias_table: weights must have at least one dimension")
+    return weights.new_empty(weights.shape, dtype=torch.int64)
+
+
+@torch.library.register_fake("wrs::alias_sample")
+def _alias_sample_fake(table, num_samples, *, generator=None):
+    torch._check(table.dim() >= 1, lambda: "alias_sample: table must have at least one dimension")
+    return table.new_empty((*table.shape[:-1], num_samples), dtype=torch.int64)
