@@ -24,6 +24,10 @@ def want_cuda():
 
 
 cxx_flags = ["-O3", "-fopenmp", "-std=c++17"]
+# Link the shared libstdc++ explicitly: where the toolchain has only the static archive
+# next to g++ (seen on the GPU image), a private copy of the iostream/locale code lands
+# in _C.so and crashes the first time it formats a number against torch's shared copy.
+link_flags = ["-fopenmp", "-l:libstdc++.so.6"]
 include_dirs = [os.path.join(ROOT, "csrc")]
 if want_cuda():
     # The arch list comes from TORCH_CUDA_ARCH_LIST or, unset, the GPU present (sm_90 on H100/H200).
@@ -33,7 +37,7 @@ if want_cuda():
         include_dirs=include_dirs,
         define_macros=[("WITH_CUDA", None)],
         extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]},
-        extra_link_args=["-fopenmp"],
+        extra_link_args=link_flags,
     )
 else:
     ext = cpp_extension.CppExtension(
@@ -41,7 +45,7 @@ else:
         sources("*.cpp"),
         include_dirs=include_dirs,
         extra_compile_args={"cxx": cxx_flags},
-        extra_link_args=["-fopenmp"],
+        extra_link_args=link_flags,
     )
 
 setup(

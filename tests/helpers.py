@@ -66,24 +66,29 @@ def vose_table(weights):
 
 
 def g_test_pvalue(counts, probs):
-    """p-value of the G-test that `counts` were drawn from `probs` (categories with an
-    expected count under 5 are pooled). Raises if a zero-probability category was hit."""
+    """p-value of the G-test, with Williams' correction, that `counts` were drawn from
+    `probs`. Categories expected under 5 times are pooled. Without the correction G runs
+    high by about sum(1 / (6 * expected)), which over a million categories expected ~10
+    times each is several standard deviations. Raises if a zero-probability category was hit."""
     counts = counts.detach().cpu().double().reshape(-1)
     probs = probs.detach().cpu().double().reshape(-1)
     probs = probs / probs.sum()
     assert counts[probs == 0].sum() == 0, "a zero-probability category was sampled"
     total = counts.sum()
-    expected = probs * total
-    big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big & (probs > 0)].sum().reshape(1)])
-    exp = torch.cat([expected[big], expected[~big & (probs > 0)].sum().reshape(1)])
-    keep = exp > 0
-    obs, exp = obs[keep], exp[keep]
-    if len(obs) < 2:
+    big = probs * total >= 5
+    small = ~big & (probs > 0)
+    obs = torch.cat([counts[big], counts[small].sum().reshape(1)])
+    p = torch.cat([probs[big], probs[small].sum().reshape(1)])
+    keep = p > 0
+    obs, p = obs[keep], p[keep]
+    k = len(obs)
+    if k < 2:
         return 1.0
+    exp = p * total
     pos = obs > 0
     g = 2.0 * float((obs[pos] * torch.log(obs[pos] / exp[pos])).sum())
-    return float(scipy.stats.chi2.sf(g, len(obs) - 1))
+    williams = 1.0 + (float((1.0 / p).sum()) - 1.0) / (6.0 * float(total) * (k - 1))
+    return float(scipy.stats.chi2.sf(g / williams, k - 1))
 
 
 def weight_cases(generator=None):

@@ -92,31 +92,40 @@ def test_sample_is_independent_of_table_batch_layout(device):
     assert torch.equal(a[0], b)
 
 
+def _gpu_counts(table, n, num_samples, seed, chunk=100_000_000):
+    """Counts of num_samples draws, in chunks of 1e8 so memory stays ~1 GB."""
+    gen = torch.Generator("cuda").manual_seed(seed)
+    counts = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for start in range(0, num_samples, chunk):
+        counts += _counts(torch_wrs.alias_sample(table, min(chunk, num_samples - start), generator=gen), n)
+    return counts
+
+
 @requires_cuda
-@pytest.mark.parametrize("name,weights", [
-    ("ten_items", lambda g: torch.arange(1, 11, dtype=torch.float64)),
-    ("thousand_uniform", lambda g: torch.rand(1000, generator=g, dtype=torch.float64)),
-    ("million_power_law", lambda g: torch.arange(1, 1_000_001, dtype=torch.float64).pow(-1.0)[torch.randperm(1_000_000, generator=g)]),
-    ("zeros_mixed_in", lambda g: torch.rand(100_000, generator=g, dtype=torch.float64) * (torch.rand(100_000, generator=g) < 0.5)),
+@pytest.mark.parametrize("name,weights,num_samples", [
+    ("ten_items", lambda g: torch.arange(1, 11, dtype=torch.float64), 1_000_000_000),
+    ("thousand_uniform", lambda g: torch.rand(1000, generator=g, dtype=torch.float64), 100_000_000),
+    ("million_power_law", lambda g: torch.arange(1, 1_000_001, dtype=torch.float64).pow(-1.0)[torch.randperm(1_000_000, generator=g)], 100_000_000),
+    ("zeros_mixed_in", lambda g: torch.rand(100_000, generator=g, dtype=torch.float64) * (torch.rand(100_000, generator=g) < 0.5), 100_000_000),
 ])
-def test_g_test_gpu_1e8(name, weights):
-    """1e8 samples: with 10 categories a 1e-3 relative bias in one of them shifts its count
-    by ~3 standard deviations and fails the test."""
+def test_g_test_gpu(name, weights, num_samples):
     g = torch.Generator().manual_seed(200)
     w = weights(g)
     t = torch_wrs.alias_table(w.cuda())
-    s = torch_wrs.alias_sample(t, 100_000_000, generator=torch.Generator("cuda").manual_seed(11))
-    assert g_test_pvalue(_counts(s, len(w)), w) > P_MIN
+    assert g_test_pvalue(_gpu_counts(t, len(w), num_samples, seed=11), w) > P_MIN
 
 
 @requires_cuda
 def test_g_test_detects_a_1e3_bias():
-    """Power check of the test above: the same samples fail against weights off by 1e-3."""
+    """Power of the ten-item test above: 1e9 samples put a 1e-3 relative bias on an item
+    of probability 1/11 at 10 standard deviations, so the same counts must fail against
+    weights biased that much."""
     w = torch.arange(1, 11, dtype=torch.float64)
-    s = torch_wrs.alias_sample(torch_wrs.alias_table(w.cuda()), 100_000_000, generator=torch.Generator("cuda").manual_seed(11))
+    counts = _gpu_counts(torch_wrs.alias_table(w.cuda()), 10, 1_000_000_000, seed=11)
+    assert g_test_pvalue(counts, w) > P_MIN
     biased = w.clone()
     biased[4] *= 1.001
-    assert g_test_pvalue(_counts(s, 10), biased) < P_MIN
+    assert g_test_pvalue(counts, biased) < P_MIN
 
 
 @requires_cuda
