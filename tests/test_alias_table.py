@@ -107,3 +107,23 @@ def test_cpu_result_does_not_depend_on_thread_count():
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(one, many)
+
+
+@pytest.mark.parametrize("n", [2, 31, 256, 257, 512, 513, 1024, 1025, 2047, 2048, 2049, 4096, 4097, 6145])
+def test_row_lengths_around_block_and_tile_sizes(device, n):
+    """Rows built in one block (each block size) and rows built in tiles and sections."""
+    g = torch.Generator().manual_seed(n)
+    w = torch.rand(3, n, generator=g, dtype=torch.float64) ** 3
+    w[1, torch.rand(n, generator=g) < 0.5] = 0
+    w[2, :] = torch.arange(1, n + 1, dtype=torch.float64).pow(-1.2)  # sorted power law
+    assert_encodes(torch_wrs.alias_table(w.to(device)), w)
+
+
+def test_batched_long_rows(device):
+    g = torch.Generator().manual_seed(13)
+    w = torch.rand(5, 30_011, generator=g)
+    w[0, 1:] = 0  # one nonzero item
+    w[1, torch.rand(30_011, generator=g) < 0.999] = 0
+    w[2, 17] = 1e6  # one huge item
+    w[3] = torch.arange(1, 30_012, dtype=torch.float32).pow(-2.0)  # greedy packing fails here
+    assert_encodes(torch_wrs.alias_table(w.to(device)), w)

@@ -84,20 +84,25 @@ struct LightItem {
 
 // ---- split and pack (PSA on the merge path) -------------------------------------------
 
-// One row's partitioned items. Light i has key deficit_before[i]; heavy j has key
-// excess_through[j]; on equal keys the heavy goes first.
-struct PartitionedRow {
+constexpr uint32_t kNoHeavy = 0xFFFFFFFFu;
+
+// A contiguous stretch of one row's merge: lights [i0, i0 + lights) and heavies
+// [j0, j0 + heavies), as arrays indexed from 0 (in global or shared memory). Light i has
+// key deficit_before[i]; heavy j has key excess_through[j]; on equal keys the heavy goes
+// first. The two `*_after` fields carry what the merge needs from beyond the stretch.
+struct MergeSlice {
   const LightItem* light;
-  const uint64_t* deficit_before;  // [lights]
+  const uint64_t* deficit_before;
   const uint32_t* heavy;
-  const uint64_t* excess_through;  // [heavies]
+  const uint64_t* excess_through;
   int64_t lights;
   int64_t heavies;
-  uint64_t deficit_total;
+  uint64_t deficit_after;  // key of the row's next light, or the row's deficit total
+  uint32_t heavy_after;    // the row's next heavy, else its last heavy, else kNoHeavy
 };
 
-// Number of lights among the first `n` merge steps (the split of PSA).
-C10_HOST_DEVICE inline int64_t merge_corank(const PartitionedRow& r, int64_t n) {
+// Number of lights among the first `n` merge steps of the slice (the split of PSA).
+C10_HOST_DEVICE inline int64_t merge_corank(const MergeSlice& r, int64_t n) {
   int64_t lo = n > r.heavies ? n - r.heavies : 0;
   int64_t hi = n < r.lights ? n : r.lights;
   while (lo < hi) {
@@ -112,8 +117,9 @@ C10_HOST_DEVICE inline int64_t merge_corank(const PartitionedRow& r, int64_t n) 
   return lo;
 }
 
-// Writes the buckets of merge steps [begin, end) of one row (the pack of PSA).
-C10_HOST_DEVICE inline void pack_merge_steps(const PartitionedRow& r, int64_t begin, int64_t end,
+// Writes the buckets of merge steps [begin, end) of the slice (the pack of PSA) into
+// `table`, the row's table indexed by item.
+C10_HOST_DEVICE inline void pack_merge_steps(const MergeSlice& r, int64_t begin, int64_t end,
                                              int64_t* table) {
   int64_t i = merge_corank(r, begin);
   int64_t j = begin - i;
@@ -122,23 +128,32 @@ C10_HOST_DEVICE inline void pack_merge_steps(const PartitionedRow& r, int64_t be
         i == r.lights || (j < r.heavies && r.excess_through[j] <= r.deficit_before[i]);
     if (take_heavy) {
       // The heavy item's residual after filling the lights before it; <= 2^32 except
-      // where the merge runs out of lights and absorbs the rounding remainder.
-      const uint64_t filled = i < r.lights ? r.deficit_before[i] : r.deficit_total;
+      // where the row runs out of lights and absorbs the rounding remainder.
+      const uint64_t filled = i < r.lights ? r.deficit_before[i] : r.deficit_after;
       const uint64_t residual = kBucket + r.excess_through[j] - filled;
       const uint32_t self = r.heavy[j];
-      const uint32_t next = j + 1 < r.heavies ? r.heavy[j + 1] : self;
+      const uint32_t next = j + 1 < r.heavies ? r.heavy[j + 1] : r.heavy_after;
       table[self] = bucket_row(residual, self, next);
       ++j;
     } else {
+      // A light is filled by the current heavy; lights past the row's last heavy (the
+      // rounding remainder only) give their rest to that last heavy.
       const LightItem item = r.light[i];
-      // Lights past the last heavy (rounding remainder only) give their rest to it.
-      const uint32_t alias =
-          j < r.heavies ? r.heavy[j] : (r.heavies > 0 ? r.heavy[r.heavies - 1] : item.index);
-      table[item.index] = alias == item.index ? pack_row(0xFFFFFFFFu, item.index)
-                                              : pack_row(item.mass, alias);
+      const uint32_t alias = j < r.heavies ? r.heavy[j] : r.heavy_after;
+      table[item.index] = alias == kNoHeavy ? pack_row(0xFFFFFFFFu, item.index)
+                                            : pack_row(item.mass, alias);
       ++i;
     }
   }
+}
+
+// The slice of a whole row, given its partitioned arrays.
+C10_HOST_DEVICE inline MergeSlice whole_row(const LightItem* light, const uint64_t* deficit_before,
+                                            const uint32_t* heavy, const uint64_t* excess_through,
+                                            int64_t lights, int64_t heavies,
+                                            uint64_t deficit_total) {
+  return MergeSlice{light, deficit_before, heavy, excess_through, lights, heavies, deficit_total,
+                    heavies > 0 ? heavy[heavies - 1] : kNoHeavy};
 }
 
 // ---- sampling -------------------------------------------------------------------------

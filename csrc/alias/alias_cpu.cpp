@@ -17,22 +17,15 @@ namespace {
 constexpr int64_t kChunk = int64_t(1) << 16;    // items per partition chunk
 constexpr int64_t kSection = int64_t(1) << 14;  // merge steps per pack task
 
-struct Partition {
-  std::vector<LightItem> light;
-  std::vector<uint64_t> deficit_before;
-  std::vector<uint32_t> heavy;
-  std::vector<uint64_t> excess_through;
-  std::vector<int64_t> lights;          // per row
-  std::vector<uint64_t> deficit_total;  // per row
-  int64_t n;
-
-  PartitionedRow row(int64_t b) const {
-    const int64_t base = b * n;
-    return PartitionedRow{light.data() + base,  deficit_before.data() + base,
-                          heavy.data() + base,  excess_through.data() + base,
-                          lights[b],            n - lights[b],
-                          deficit_total[b]};
-  }
+// Uninitialized scratch of `count` T's (no serial zero-fill, which would not scale).
+template <typename T>
+struct Scratch {
+  at::Tensor storage;
+  T* ptr;
+  explicit Scratch(int64_t count)
+      : storage(at::empty({count * static_cast<int64_t>(sizeof(T))}, at::TensorOptions(at::kByte))),
+        ptr(reinterpret_cast<T*>(storage.data_ptr())) {}
+  T& operator[](int64_t k) { return ptr[k]; }
 };
 
 template <typename scalar_t>
@@ -91,10 +84,8 @@ void build_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table) {
       chunk_prefix[c] = total;
     }
   });
-  Partition part;
-  part.n = n;
-  part.lights.resize(rows);
-  part.deficit_total.resize(rows);
+  std::vector<int64_t> row_lights(rows);
+  std::vector<uint64_t> row_deficit(rows);
   for (int64_t b = 0; b < rows; ++b) {
     ClassPrefix running{0, 0, 0};
     for (int64_t c = b * chunks_per_row; c < (b + 1) * chunks_per_row; ++c) {
@@ -102,15 +93,15 @@ void build_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table) {
       chunk_prefix[c] = running;
       running = running + here;
     }
-    part.lights[b] = running.lights;
-    part.deficit_total[b] = running.deficit;
+    row_lights[b] = running.lights;
+    row_deficit[b] = running.deficit;
   }
 
   // 3. Stable partition into light and heavy arrays carrying their keys.
-  part.light.resize(rows * n);
-  part.deficit_before.resize(rows * n);
-  part.heavy.resize(rows * n);
-  part.excess_through.resize(rows * n);
+  Scratch<LightItem> light(rows * n);
+  Scratch<uint64_t> deficit_before(rows * n);
+  Scratch<uint32_t> heavy(rows * n);
+  Scratch<uint64_t> excess_through(rows * n);
   at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       int64_t begin, end;
@@ -123,12 +114,12 @@ void build_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table) {
         const ClassPrefix cls = class_of(q);
         const uint32_t index = static_cast<uint32_t>(k - b * n);
         if (cls.lights) {
-          part.light[b * n + p.lights] = LightItem{index, static_cast<uint32_t>(q)};
-          part.deficit_before[b * n + p.lights] = p.deficit;
+          light[b * n + p.lights] = LightItem{index, static_cast<uint32_t>(q)};
+          deficit_before[b * n + p.lights] = p.deficit;
         } else {
           const int64_t h = (k - b * n) - p.lights;
-          part.heavy[b * n + h] = index;
-          part.excess_through[b * n + h] = p.excess + cls.excess;
+          heavy[b * n + h] = index;
+          excess_through[b * n + h] = p.excess + cls.excess;
         }
         p = p + cls;
       }
@@ -141,7 +132,10 @@ void build_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table) {
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t b = s / sections_per_row;
       const int64_t begin = (s % sections_per_row) * kSection;
-      pack_merge_steps(part.row(b), begin, std::min(begin + kSection, n), table + b * n);
+      const MergeSlice row = whole_row(light.ptr + b * n, deficit_before.ptr + b * n, heavy.ptr + b * n,
+                                       excess_through.ptr + b * n, row_lights[b], n - row_lights[b],
+                                       row_deficit[b]);
+      pack_merge_steps(row, begin, std::min(begin + kSection, n), table + b * n);
     }
   });
 }

@@ -1,9 +1,16 @@
-// Alias tables on CUDA. The build runs entirely on the device (no host round trip):
-//   1. row sums in float64 and value checks (CUB reduce),
-//   2. quantize, classify and scan the class prefixes by row (CUB scan-by-key),
-//   3. scatter into light and heavy arrays that carry their merge keys,
-//   4. split + pack: each thread finds its section's start on the merge path and packs.
-// Only validate=True reads one status word back to raise a RuntimeError.
+// Alias tables on CUDA. The build runs entirely on the device; only validate=True reads
+// one status word back to raise a RuntimeError.
+//
+// Rows of up to kSmallRow items (LDA-style batches: one table per word over K topics)
+// are built by one block each, in shared memory, in a single kernel: sum, quantize,
+// block scan, partition, merge. Longer rows go through PSA in passes over tiles:
+//   1. per-tile float64 sums and value checks, reduced per row (CUB),
+//   2. per-tile class totals, scanned per row (CUB), then each tile block-scans its
+//      items and writes them, staged in shared memory, to light and heavy arrays that
+//      carry their merge keys (so the pack makes no indirect loads),
+//   3. split: one thread per pack section finds its start on the merge path,
+//   4. pack: each block loads its section's lights and heavies into shared memory with
+//      coalesced loads and its threads merge sub-ranges of it.
 #include "alias/alias_ops.h"
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
@@ -13,7 +20,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <cub/device/device_reduce.cuh>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_reduce.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -24,7 +32,10 @@ namespace wrs::alias {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kSection = 128;  // merge steps per pack thread
+constexpr int kItems = 8;                             // items per thread in tiles and rows
+constexpr int64_t kTile = kThreads * kItems;          // partition tile of long rows
+constexpr int64_t kSection = kThreads * kItems;       // merge steps per pack block
+constexpr int64_t kSmallRow = kThreads * kItems;      // rows up to this: one block each
 
 struct RowSum {
   double sum;
@@ -37,181 +48,344 @@ struct AddRowSum {
   }
 };
 
-template <typename scalar_t>
-struct ReadWeight {
-  const scalar_t* w;
-  __host__ __device__ RowSum operator()(int64_t k) const {
-    const double x = static_cast<double>(w[k]);
-    return RowSum{x, weight_flags(x)};
-  }
-};
-
-struct RowStart {
-  int64_t n;
-  __host__ __device__ int64_t operator()(int64_t b) const { return b * n; }
-};
-
-struct RowOf {
-  int64_t n;
-  __host__ __device__ int64_t operator()(int64_t k) const { return k / n; }
-};
-
-template <typename scalar_t>
-struct Classify {
-  const scalar_t* w;
-  const RowScale* scale;
-  int64_t n;
-  __host__ __device__ ClassPrefix operator()(int64_t k) const {
-    return class_of(quantize(static_cast<double>(w[k]), scale[k / n], n));
-  }
-};
-
 struct AddClassPrefix {
   __host__ __device__ ClassPrefix operator()(const ClassPrefix& a, const ClassPrefix& b) const {
     return a + b;
   }
 };
 
+struct MulBy {
+  int64_t k;
+  __host__ __device__ int64_t operator()(int64_t x) const { return x * k; }
+};
+
+struct DivBy {
+  int64_t k;
+  __host__ __device__ int64_t operator()(int64_t x) const { return x / k; }
+};
+
+__device__ inline uint32_t row_flags(const RowSum& s) {
+  uint32_t flags = s.flags;
+  if (s.sum == 0) flags |= kRowZeroSum;
+  if (!isfinite(s.sum)) flags |= kRowSumOverflow;
+  return flags;
+}
+
+// Tile `tile` of a [rows, n] array cut into tiles of kTile items that never cross rows.
+struct TileOf {
+  int64_t row, first, count;  // row, first item (row-local), items in the tile
+  __device__ TileOf(int64_t tile, int64_t n, int64_t tiles_per_row) {
+    row = tile / tiles_per_row;
+    first = (tile - row * tiles_per_row) * kTile;
+    count = n - first < kTile ? n - first : kTile;
+  }
+};
+
+// Shared memory of one block that partitions up to kThreads * kItems items: lights in
+// light[0, L) with keys key[0, L), heavies in heavy[0, H) with keys key[L, L + H).
+template <int THREADS>
+struct Staging {
+  union {
+    typename cub::BlockScan<ClassPrefix, THREADS>::TempStorage scan;
+    typename cub::BlockReduce<RowSum, THREADS>::TempStorage reduce;
+  };
+  uint64_t key[THREADS * kItems];
+  LightItem light[THREADS * kItems];
+  uint32_t heavy[THREADS * kItems];
+};
+
+// Classifies a block's items (thread t holds items t * kItems + k, blocked, so the scan
+// keeps index order), scans their class prefixes and stages them in shared memory.
+// `before` is what precedes the first item in its row. Returns the block's total.
+template <int THREADS>
+__device__ ClassPrefix stage_items(const uint64_t (&q)[kItems], int64_t count, int64_t first,
+                                   const ClassPrefix& before, Staging<THREADS>& st) {
+  ClassPrefix cls[kItems];
+  ClassPrefix mine{0, 0, 0};
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const bool valid = threadIdx.x * kItems + k < count;
+    cls[k] = valid ? class_of(q[k]) : ClassPrefix{0, 0, 0};
+    mine = mine + cls[k];
+  }
+  ClassPrefix total;
+  cub::BlockScan<ClassPrefix, THREADS>(st.scan).ExclusiveScan(mine, mine, ClassPrefix{0, 0, 0},
+                                                              AddClassPrefix{}, total);
+  __syncthreads();  // `total` first, then the heavy keys can be placed after the lights
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int64_t local = threadIdx.x * kItems + k;
+    if (local < count) {
+      const uint32_t index = static_cast<uint32_t>(first + local);
+      if (cls[k].lights) {
+        st.light[mine.lights] = LightItem{index, static_cast<uint32_t>(q[k])};
+        st.key[mine.lights] = before.deficit + mine.deficit;
+      } else {
+        const int64_t h = local - mine.lights;
+        st.heavy[h] = index;
+        st.key[total.lights + h] = before.excess + mine.excess + cls[k].excess;
+      }
+    }
+    mine = mine + cls[k];
+  }
+  __syncthreads();
+  return total;
+}
+
+template <typename scalar_t>
+__device__ void load_blocked(const scalar_t* p, int64_t count, double (&x)[kItems]) {
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int64_t i = threadIdx.x * kItems + k;
+    x[k] = i < count ? static_cast<double>(p[i]) : 0.0;
+  }
+}
+
+// ---- rows of up to kSmallRow items: one block per row ------------------------------------
+
+template <typename scalar_t, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    small_rows_kernel(const scalar_t* w, int64_t n, int64_t* table, uint32_t* status) {
+  __shared__ Staging<THREADS> st;
+  __shared__ RowScale scale;
+  const int64_t row = blockIdx.x;
+  double x[kItems];
+  load_blocked(w + row * n, n, x);
+  RowSum mine{0.0, 0u};
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) mine = AddRowSum{}(mine, RowSum{x[k], weight_flags(x[k])});
+  const RowSum total = cub::BlockReduce<RowSum, THREADS>(st.reduce).Reduce(mine, AddRowSum{});
+  if (threadIdx.x == 0) {
+    const uint32_t flags = row_flags(total);
+    if (flags) atomicOr(status, flags);
+    scale = row_scale(total.sum, n);
+  }
+  __syncthreads();
+  uint64_t q[kItems];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) q[k] = quantize(x[k], scale, n);
+  const ClassPrefix sums = stage_items<THREADS>(q, n, 0, ClassPrefix{0, 0, 0}, st);
+  const MergeSlice slice = whole_row(st.light, st.key, st.heavy, st.key + sums.lights, sums.lights,
+                                     n - sums.lights, sums.deficit);
+  const int64_t begin = threadIdx.x * kItems;
+  if (begin < n) pack_merge_steps(slice, begin, begin + kItems < n ? begin + kItems : n, table + row * n);
+}
+
+template <typename scalar_t>
+void build_small_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table, uint32_t* status,
+                      cudaStream_t stream) {
+  // The fewest threads whose kItems-per-thread capacity holds a row.
+  if (n <= 32 * kItems) {
+    small_rows_kernel<scalar_t, 32><<<rows, 32, 0, stream>>>(w, n, table, status);
+  } else if (n <= 64 * kItems) {
+    small_rows_kernel<scalar_t, 64><<<rows, 64, 0, stream>>>(w, n, table, status);
+  } else if (n <= 128 * kItems) {
+    small_rows_kernel<scalar_t, 128><<<rows, 128, 0, stream>>>(w, n, table, status);
+  } else {
+    small_rows_kernel<scalar_t, 256><<<rows, 256, 0, stream>>>(w, n, table, status);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// ---- long rows: PSA in passes over tiles -------------------------------------------------
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    tile_sum_kernel(const scalar_t* w, int64_t n, int64_t tiles_per_row, RowSum* tile_sums) {
+  __shared__ typename cub::BlockReduce<RowSum, kThreads>::TempStorage tmp;
+  const TileOf t(blockIdx.x, n, tiles_per_row);
+  const scalar_t* p = w + t.row * n + t.first;
+  RowSum mine{0.0, 0u};
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int64_t i = k * kThreads + threadIdx.x;  // striped: coalesced
+    if (i < t.count) {
+      const double x = static_cast<double>(p[i]);
+      mine = AddRowSum{}(mine, RowSum{x, weight_flags(x)});
+    }
+  }
+  const RowSum total = cub::BlockReduce<RowSum, kThreads>(tmp).Reduce(mine, AddRowSum{});
+  if (threadIdx.x == 0) tile_sums[blockIdx.x] = total;
+}
+
 __global__ void row_scale_kernel(const RowSum* sums, int64_t rows, int64_t n, RowScale* scale,
                                  uint32_t* status) {
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b >= rows) return;
-  const RowSum s = sums[b];
-  uint32_t flags = s.flags;
-  if (s.sum == 0) flags |= kRowZeroSum;
-  if (!isfinite(s.sum)) flags |= kRowSumOverflow;
+  const uint32_t flags = row_flags(sums[b]);
   if (flags) atomicOr(status, flags);
-  scale[b] = row_scale(s.sum, n);
+  scale[b] = row_scale(sums[b].sum, n);
 }
 
-struct Arrays {
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    tile_class_kernel(const scalar_t* w, int64_t n, int64_t tiles_per_row, const RowScale* scale,
+                      ClassPrefix* tile_class) {
+  __shared__ typename cub::BlockReduce<ClassPrefix, kThreads>::TempStorage tmp;
+  const TileOf t(blockIdx.x, n, tiles_per_row);
+  const scalar_t* p = w + t.row * n + t.first;
+  const RowScale rs = scale[t.row];
+  ClassPrefix mine{0, 0, 0};
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int64_t i = k * kThreads + threadIdx.x;
+    if (i < t.count) mine = mine + class_of(quantize(static_cast<double>(p[i]), rs, n));
+  }
+  const ClassPrefix total = cub::BlockReduce<ClassPrefix, kThreads>(tmp).Reduce(mine, AddClassPrefix{});
+  if (threadIdx.x == 0) tile_class[blockIdx.x] = total;
+}
+
+// Where a row's partitioned items live: each row owns n slots of each array.
+struct RowArrays {
   LightItem* light;
   uint64_t* deficit_before;
   uint32_t* heavy;
   uint64_t* excess_through;
   int64_t* lights;          // per row
   uint64_t* deficit_total;  // per row
-  int64_t n;
-
-  __device__ PartitionedRow row(int64_t b) const {
-    const int64_t base = b * n;
-    return PartitionedRow{light + base,  deficit_before + base, heavy + base,
-                          excess_through + base, lights[b], n - lights[b],
-                          deficit_total[b]};
-  }
 };
 
 template <typename scalar_t>
-__global__ void scatter_kernel(Classify<scalar_t> classify, const ClassPrefix* before,
-                               int64_t total, Arrays a) {
-  const int64_t n = a.n;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t b = k / n;
-    const int64_t local = k - b * n;
-    const uint64_t q = quantize(static_cast<double>(classify.w[k]), classify.scale[b], n);
-    const ClassPrefix cls = class_of(q);
-    const ClassPrefix p = before[k];
-    if (cls.lights) {
-      a.light[b * n + p.lights] = LightItem{static_cast<uint32_t>(local), static_cast<uint32_t>(q)};
-      a.deficit_before[b * n + p.lights] = p.deficit;
-    } else {
-      const int64_t h = local - p.lights;
-      a.heavy[b * n + h] = static_cast<uint32_t>(local);
-      a.excess_through[b * n + h] = p.excess + cls.excess;
-    }
-    if (local == n - 1) {
-      a.lights[b] = p.lights + cls.lights;
-      a.deficit_total[b] = p.deficit + cls.deficit;
-    }
+__global__ void __launch_bounds__(kThreads)
+    partition_kernel(const scalar_t* w, int64_t n, int64_t tiles_per_row, const RowScale* scale,
+                     const ClassPrefix* tile_before, RowArrays a) {
+  __shared__ Staging<kThreads> st;
+  const TileOf t(blockIdx.x, n, tiles_per_row);
+  double x[kItems];
+  load_blocked(w + t.row * n + t.first, t.count, x);
+  const RowScale rs = scale[t.row];
+  uint64_t q[kItems];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) q[k] = quantize(x[k], rs, n);
+  const ClassPrefix before = tile_before[blockIdx.x];
+  const ClassPrefix sums = stage_items<kThreads>(q, t.count, t.first, before, st);
+  // Coalesced copy-out of the staged lights and heavies.
+  const int64_t light0 = t.row * n + before.lights;
+  const int64_t heavy0 = t.row * n + (t.first - before.lights);
+  for (int64_t r = threadIdx.x; r < sums.lights; r += kThreads) {
+    a.light[light0 + r] = st.light[r];
+    a.deficit_before[light0 + r] = st.key[r];
+  }
+  for (int64_t r = threadIdx.x; r < t.count - sums.lights; r += kThreads) {
+    a.heavy[heavy0 + r] = st.heavy[r];
+    a.excess_through[heavy0 + r] = st.key[sums.lights + r];
+  }
+  if (threadIdx.x == 0 && t.first + t.count == n) {
+    a.lights[t.row] = before.lights + sums.lights;
+    a.deficit_total[t.row] = before.deficit + sums.deficit;
   }
 }
 
-__global__ void pack_kernel(Arrays a, int64_t rows, int64_t* table) {
-  const int64_t n = a.n;
-  const int64_t per_row = (n + kSection - 1) / kSection;
-  for (int64_t s = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; s < rows * per_row;
-       s += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t b = s / per_row;
-    const int64_t begin = (s - b * per_row) * kSection;
-    pack_merge_steps(a.row(b), begin, begin + kSection < n ? begin + kSection : n, table + b * n);
+__device__ inline MergeSlice row_in_global(const RowArrays& a, int64_t row, int64_t n) {
+  const int64_t base = row * n;
+  return whole_row(a.light + base, a.deficit_before + base, a.heavy + base, a.excess_through + base,
+                   a.lights[row], n - a.lights[row], a.deficit_total[row]);
+}
+
+// Lights before each section boundary k * kSection of each row (the splits of PSA).
+__global__ void split_kernel(RowArrays a, int64_t rows, int64_t n, int64_t* split) {
+  const int64_t per_row = (n + kSection - 1) / kSection + 1;
+  const int64_t s = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (s >= rows * per_row) return;
+  const int64_t row = s / per_row;
+  const int64_t step = (s - row * per_row) * kSection;
+  split[s] = merge_corank(row_in_global(a, row, n), step < n ? step : n);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    pack_kernel(RowArrays a, int64_t n, const int64_t* split, int64_t* table) {
+  __shared__ uint64_t key[kSection];
+  __shared__ LightItem light[kSection];
+  __shared__ uint32_t heavy[kSection];
+  const int64_t sections = (n + kSection - 1) / kSection;
+  const int64_t row = blockIdx.x / sections;
+  const int64_t section = blockIdx.x - row * sections;
+  const MergeSlice whole = row_in_global(a, row, n);
+  const int64_t n0 = section * kSection;
+  const int64_t n1 = n0 + kSection < n ? n0 + kSection : n;
+  const int64_t i0 = split[row * (sections + 1) + section];
+  const int64_t i1 = split[row * (sections + 1) + section + 1];
+  const int64_t j0 = n0 - i0, lights = i1 - i0, heavies = (n1 - i1) - j0;
+  for (int64_t r = threadIdx.x; r < lights; r += kThreads) {
+    light[r] = whole.light[i0 + r];
+    key[r] = whole.deficit_before[i0 + r];
   }
+  for (int64_t r = threadIdx.x; r < heavies; r += kThreads) {
+    heavy[r] = whole.heavy[j0 + r];
+    key[lights + r] = whole.excess_through[j0 + r];
+  }
+  __syncthreads();
+  const int64_t j1 = j0 + heavies;
+  const MergeSlice slice{light, key, heavy, key + lights, lights, heavies,
+                         i1 < whole.lights ? whole.deficit_before[i1] : whole.deficit_after,
+                         j1 < whole.heavies ? whole.heavy[j1] : whole.heavy_after};
+  const int64_t begin = threadIdx.x * kItems;
+  if (begin < n1 - n0) {
+    pack_merge_steps(slice, begin, begin + kItems < n1 - n0 ? begin + kItems : n1 - n0, table + row * n);
+  }
+}
+
+template <typename T>
+T* scratch(std::vector<at::Tensor>& keep, const at::TensorOptions& opts, int64_t count) {
+  keep.push_back(at::empty({count * static_cast<int64_t>(sizeof(T))}, opts.dtype(at::kByte)));
+  return reinterpret_cast<T*>(keep.back().data_ptr());
+}
+
+void raise_if_flagged(const at::Tensor& status, cudaStream_t stream) {
+  TORCH_CHECK(!stream_is_capturing(stream),
+              "alias_table: validate=True reads the value checks back to the host, which "
+              "CUDA-graph capture forbids; pass validate=False when capturing");
+  raise_weight_flags(static_cast<uint32_t>(status.item<int>()), "alias_table", "weights");
 }
 
 template <typename scalar_t>
-void build_rows(const at::Tensor& w, int64_t rows, int64_t n, bool validate, at::Tensor& table) {
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto opts = w.options();
-  const int64_t total = rows * n;
-  const scalar_t* wp = w.const_data_ptr<scalar_t>();
-  auto bytes = [&](int64_t count, size_t size) {
-    return at::empty({count * static_cast<int64_t>(size)}, opts.dtype(at::kByte));
-  };
+void build_long_rows(const scalar_t* w, int64_t rows, int64_t n, bool validate, int64_t* table,
+                     const at::Tensor& status, cudaStream_t stream) {
+  const auto opts = status.options();
+  std::vector<at::Tensor> keep;  // scratch from torch's caching allocator
+  const int64_t tiles_per_row = (n + kTile - 1) / kTile;
+  const int64_t tiles = rows * tiles_per_row;
+  auto* status_p = reinterpret_cast<uint32_t*>(status.data_ptr<int>());
 
-  // 1. Row sums (float64) and value flags.
-  at::Tensor sums = bytes(rows, sizeof(RowSum));
-  auto* sums_p = reinterpret_cast<RowSum*>(sums.data_ptr());
-  auto values = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0),
-                                                ReadWeight<scalar_t>{wp});
-  if (rows == 1) {
-    cub_call([&](void* tmp, size_t& tmp_bytes) {
-      return cub::DeviceReduce::Reduce(tmp, tmp_bytes, values, sums_p, total, AddRowSum{},
-                                       RowSum{0.0, 0u}, stream);
-    });
-  } else {
-    auto starts = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), RowStart{n});
-    cub_call([&](void* tmp, size_t& tmp_bytes) {
-      return cub::DeviceSegmentedReduce::Reduce(tmp, tmp_bytes, values, sums_p, rows, starts,
-                                                starts + 1, AddRowSum{}, RowSum{0.0, 0u}, stream);
-    });
-  }
-  at::Tensor scale = bytes(rows, sizeof(RowScale));
-  auto* scale_p = reinterpret_cast<RowScale*>(scale.data_ptr());
-  at::Tensor status = at::zeros({1}, opts.dtype(at::kInt));
-  row_scale_kernel<<<ceil_div(rows, kThreads), kThreads, 0, stream>>>(
-      sums_p, rows, n, scale_p, reinterpret_cast<uint32_t*>(status.data_ptr<int>()));
+  // 1. Row sums and value checks.
+  auto* tile_sums = scratch<RowSum>(keep, opts, tiles);
+  tile_sum_kernel<scalar_t><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, tile_sums);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (validate) {
-    TORCH_CHECK(!stream_is_capturing(stream),
-                "alias_table: validate=True reads the value checks back to the host, which "
-                "CUDA-graph capture forbids; pass validate=False when capturing");
-    raise_weight_flags(static_cast<uint32_t>(status.item<int>()), "alias_table", "weights");
-  }
-
-  // 2. Class prefixes, exclusive within each row.
-  const Classify<scalar_t> classify{wp, scale_p, n};
-  auto classes = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), classify);
-  auto keys = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), RowOf{n});
-  at::Tensor prefix = bytes(total, sizeof(ClassPrefix));
-  auto* prefix_p = reinterpret_cast<ClassPrefix*>(prefix.data_ptr());
-  cub_call([&](void* tmp, size_t& tmp_bytes) {
-    return cub::DeviceScan::ExclusiveScanByKey(tmp, tmp_bytes, keys, classes, prefix_p,
-                                               AddClassPrefix{}, ClassPrefix{0, 0, 0}, total,
-                                               cuda::std::equal_to<>{}, stream);
+  auto* row_sums = scratch<RowSum>(keep, opts, rows);
+  auto starts = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0),
+                                                MulBy{tiles_per_row});
+  cub_call([&](void* tmp, size_t& bytes) {
+    return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, tile_sums, row_sums, rows, starts, starts + 1,
+                                              AddRowSum{}, RowSum{0.0, 0u}, stream);
   });
+  auto* scale = scratch<RowScale>(keep, opts, rows);
+  row_scale_kernel<<<ceil_div(rows, kThreads), kThreads, 0, stream>>>(row_sums, rows, n, scale, status_p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (validate) raise_if_flagged(status, stream);
 
-  // 3. Partition into light and heavy arrays.
-  at::Tensor light = bytes(total, sizeof(LightItem));
-  at::Tensor deficit = bytes(total, sizeof(uint64_t));
-  at::Tensor heavy = bytes(total, sizeof(uint32_t));
-  at::Tensor excess = bytes(total, sizeof(uint64_t));
-  at::Tensor lights = bytes(rows, sizeof(int64_t));
-  at::Tensor deficit_total = bytes(rows, sizeof(uint64_t));
-  const Arrays arrays{reinterpret_cast<LightItem*>(light.data_ptr()),
-                      reinterpret_cast<uint64_t*>(deficit.data_ptr()),
-                      reinterpret_cast<uint32_t*>(heavy.data_ptr()),
-                      reinterpret_cast<uint64_t*>(excess.data_ptr()),
-                      reinterpret_cast<int64_t*>(lights.data_ptr()),
-                      reinterpret_cast<uint64_t*>(deficit_total.data_ptr()),
-                      n};
-  scatter_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(classify, prefix_p, total,
-                                                                     arrays);
+  // 2. Partition: tile class totals, scanned within rows, then each tile places its items.
+  auto* tile_class = scratch<ClassPrefix>(keep, opts, tiles);
+  tile_class_kernel<scalar_t><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, tile_class);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto* tile_before = scratch<ClassPrefix>(keep, opts, tiles);
+  auto tile_row = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0),
+                                                  DivBy{tiles_per_row});
+  cub_call([&](void* tmp, size_t& bytes) {
+    return cub::DeviceScan::ExclusiveScanByKey(tmp, bytes, tile_row, tile_class, tile_before, AddClassPrefix{},
+                                               ClassPrefix{0, 0, 0}, tiles, cuda::std::equal_to<>{}, stream);
+  });
+  const RowArrays arrays{scratch<LightItem>(keep, opts, rows * n), scratch<uint64_t>(keep, opts, rows * n),
+                         scratch<uint32_t>(keep, opts, rows * n), scratch<uint64_t>(keep, opts, rows * n),
+                         scratch<int64_t>(keep, opts, rows), scratch<uint64_t>(keep, opts, rows)};
+  partition_kernel<scalar_t><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, tile_before, arrays);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
-  // 4. Split + pack.
-  const int64_t sections = rows * ((n + kSection - 1) / kSection);
-  pack_kernel<<<grid_for(sections, kThreads), kThreads, 0, stream>>>(
-      arrays, rows, table.mutable_data_ptr<int64_t>());
+  // 3. Split and 4. pack.
+  const int64_t sections = (n + kSection - 1) / kSection;
+  auto* split = scratch<int64_t>(keep, opts, rows * (sections + 1));
+  split_kernel<<<ceil_div(rows * (sections + 1), kThreads), kThreads, 0, stream>>>(arrays, rows, n, split);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  pack_kernel<<<rows * sections, kThreads, 0, stream>>>(arrays, n, split, table);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -223,8 +397,18 @@ at::Tensor alias_table_cuda(const at::Tensor& weights, bool validate) {
   const int64_t n = w.size(-1);
   const int64_t rows = w.numel() / n;
   if (rows == 0) return table;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "alias_table_cuda",
-                                  [&] { build_rows<scalar_t>(w, rows, n, validate, table); });
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor status = at::zeros({1}, w.options().dtype(at::kInt));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "alias_table_cuda", [&] {
+    const scalar_t* wp = w.const_data_ptr<scalar_t>();
+    int64_t* tp = table.mutable_data_ptr<int64_t>();
+    if (n <= kSmallRow) {
+      build_small_rows(wp, rows, n, tp, reinterpret_cast<uint32_t*>(status.data_ptr<int>()), stream);
+      if (validate) raise_if_flagged(status, stream);  // the table is ours and is dropped
+    } else {
+      build_long_rows(wp, rows, n, validate, tp, status, stream);
+    }
+  });
   return table;
 }
 

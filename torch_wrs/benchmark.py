@@ -1,0 +1,101 @@
+"""Side-by-side benchmarks on the GPU it finds (CUDA-event medians after warm-up).
+
+    python -m torch_wrs.benchmark construction   # alias-table build vs torch.cumsum(float64)
+
+Each table row prints our time, what a user would run otherwise, their ratio, and the
+memory-traffic floor at this device's measured copy bandwidth.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+import torch_wrs
+
+
+def cuda_ms(fn, warmup=3, reps=20):
+    """Median milliseconds of fn() over `reps` CUDA-event timings, after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth():
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus written."""
+    src = torch.empty(1 << 29, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = cuda_ms(lambda: dst.copy_(src), warmup=3, reps=10)
+    return 2 * src.numel() / (ms * 1e-3)
+
+
+def _weights(kind, shape, gen):
+    if kind == "uniform":
+        return torch.rand(shape, generator=gen, device="cuda") + 1e-3
+    n = shape[-1]
+    w = 1.0 / torch.arange(1, n + 1, device="cuda", dtype=torch.float32)
+    return w[torch.randperm(n, generator=gen, device="cuda")].expand(shape).contiguous()
+
+
+def construction(args):
+    bw = copy_bandwidth()
+    gen = torch.Generator("cuda").manual_seed(0)
+    cases = [((n,), kind) for n in (10**6, 10**7, 10**8) for kind in ("uniform", "power_law")]
+    cases += [((102_400, 1_024), "uniform"), ((65_536, 100), "uniform")]
+    rows = []
+    for shape, kind in cases:
+        w = _weights(kind, shape, gen)
+        items = w.numel()
+        ours = cuda_ms(lambda: torch_wrs.alias_table(w, validate=False))
+        cumsum = cuda_ms(lambda: torch.cumsum(w, dim=-1, dtype=torch.float64))
+        floor = 12 * items / bw * 1e3  # read 4 bytes, write 8 bytes per item
+        rows.append((" x ".join(f"{d:,}" for d in shape), kind, ours, cumsum, floor))
+        del w
+        torch.cuda.empty_cache()
+    print(f"\nalias_table construction on {torch.cuda.get_device_name()} "
+          f"(float32 weights, copy bandwidth {bw / 1e12:.2f} TB/s, medians of CUDA events)")
+    print(f"| shape | weights | ours ms | torch.cumsum f64 ms | ours / cumsum | floor ms | ours / floor |")
+    print(f"| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for shape, kind, ours, cumsum, floor in rows:
+        print(f"| {shape} | {kind} | {ours:.3f} | {cumsum:.3f} | {ours / cumsum:.2f} | {floor:.3f} | {ours / floor:.1f} |")
+    if args.cpu_scaling:
+        cpu_scaling(args.cpu_scaling)
+
+
+def cpu_scaling(n):
+    """CPU build at N items: all threads against one thread, same code."""
+    w = torch.rand(n, generator=torch.Generator().manual_seed(0)) + 1e-3
+    threads = torch.get_num_threads()
+    torch_wrs.alias_table(w[: 1 << 20])
+    results = {}
+    for t in (1, threads):
+        torch.set_num_threads(t)
+        t0 = time.perf_counter()
+        torch_wrs.alias_table(w)
+        results[t] = time.perf_counter() - t0
+    torch.set_num_threads(threads)
+    print(f"\nCPU alias_table, N = {n:,}: 1 thread {results[1]:.2f} s, {threads} threads "
+          f"{results[threads]:.2f} s, speed-up {results[1] / results[threads]:.1f}x")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["construction"])
+    parser.add_argument("--cpu-scaling", type=int, default=0, metavar="N",
+                        help="also time the CPU build at N items on 1 thread and on all threads")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("torch_wrs.benchmark needs a CUDA device")
+    {"construction": construction}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()
