@@ -112,5 +112,7 @@ def weight_cases(generator=None):
     cases["power_law_steep_sorted"] = i.pow(-2.5)
     cases["one_huge_item"] = torch.cat([torch.tensor([1e12], dtype=torch.float64), torch.rand(5000, generator=g, dtype=torch.float64)])
     cases["not_power_of_two"] = torch.rand(100_003, generator=g, dtype=torch.float64) + 0.01
+    half = torch.arange(1, 150_004, dtype=torch.float64).pow(-1.5)
+    cases["sorted_then_shuffled_many_chunks"] = torch.cat([half, half[torch.randperm(len(half), generator=g)]])
     cases["near_uniform"] = 1 + 1e-9 * torch.rand(4096, generator=g, dtype=torch.float64)
     return cases

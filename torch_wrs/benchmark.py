@@ -66,8 +66,26 @@ def construction(args):
     print(f"| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for shape, kind, ours, cumsum, floor in rows:
         print(f"| {shape} | {kind} | {ours:.3f} | {cumsum:.3f} | {ours / cumsum:.2f} | {floor:.3f} | {ours / floor:.1f} |")
+    if args.profile:
+        profile_build(args.profile)
     if args.cpu_scaling:
         cpu_scaling(args.cpu_scaling)
+
+
+def profile_build(n):
+    """Per-kernel device time of one N-item build (torch.profiler), to see where time goes."""
+    w = _weights("uniform", (n,), torch.Generator("cuda").manual_seed(0))
+    for _ in range(3):
+        torch_wrs.alias_table(w, validate=False)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            torch_wrs.alias_table(w, validate=False)
+        torch.cuda.synchronize()
+    print(f"\nper-kernel device time of alias_table, N = {n:,} (mean of 5 builds)")
+    for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
+        if e.device_time_total > 0:
+            print(f"  {e.device_time_total / 5 / 1e3:8.3f} ms  {e.key[:100]}")
 
 
 def cpu_scaling(n):
@@ -91,6 +109,8 @@ def main():
     parser.add_argument("what", choices=["construction"])
     parser.add_argument("--cpu-scaling", type=int, default=0, metavar="N",
                         help="also time the CPU build at N items on 1 thread and on all threads")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also print the per-kernel device time of one N-item build")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_wrs.benchmark needs a CUDA device")

@@ -64,17 +64,19 @@ C10_HOST_DEVICE inline uint64_t quantize(double w, const RowScale& rs, int64_t n
 // Running sums that place items in the light and heavy arrays (exact, associative).
 struct ClassPrefix {
   int64_t lights;    // light items so far
+  int64_t heavies;   // heavy items so far
   uint64_t deficit;  // sum of (2^32 - Q) over those lights
-  uint64_t excess;   // sum of (Q - 2^32) over the heavies so far
+  uint64_t excess;   // sum of (Q - 2^32) over those heavies
 };
 
 C10_HOST_DEVICE inline ClassPrefix class_of(uint64_t q) {
-  if (q < kBucket) return ClassPrefix{1, kBucket - q, 0};
-  return ClassPrefix{0, 0, q - kBucket};
+  if (q < kBucket) return ClassPrefix{1, 0, kBucket - q, 0};
+  return ClassPrefix{0, 1, 0, q - kBucket};
 }
 
 C10_HOST_DEVICE inline ClassPrefix operator+(const ClassPrefix& a, const ClassPrefix& b) {
-  return ClassPrefix{a.lights + b.lights, a.deficit + b.deficit, a.excess + b.excess};
+  return ClassPrefix{a.lights + b.lights, a.heavies + b.heavies, a.deficit + b.deficit,
+                     a.excess + b.excess};
 }
 
 struct LightItem {
@@ -154,6 +156,97 @@ C10_HOST_DEVICE inline MergeSlice whole_row(const LightItem* light, const uint64
                                             uint64_t deficit_total) {
   return MergeSlice{light, deficit_before, heavy, excess_through, lights, heavies, deficit_total,
                     heavies > 0 ? heavy[heavies - 1] : kNoHeavy};
+}
+
+// ---- PSA+: greedy packing of a stretch before the global PSA ----------------------------
+//
+// A stretch of a row (a tile) partitioned on its own, with keys counted from zero, can
+// pack its lights with its own heavies along its own merge as long as every bucket it
+// finishes has its alias at hand. It stops either just before its last heavy would need
+// the next heavy (enough deficit: state (i*, H-1)) or, once its lights are used up, at
+// the first heavy still holding excess (state (L, j*)). Everything before the stop is
+// final; what is left (lights i* .., the stopped heavy with its residual mass, heavies
+// after it) joins the global PSA as ordinary items. Mass is conserved exactly.
+
+struct GreedyStop {
+  int64_t lights;     // lights packed locally (i*)
+  int64_t heavies;    // heavies packed locally (j*); heavy j* is the stopped one
+  uint64_t filled;    // deficit of the packed lights (the merge key at the stop)
+  uint64_t residual;  // mass the stopped heavy keeps; it is light if < 2^32
+};
+
+C10_HOST_DEVICE inline GreedyStop greedy_stop(const uint64_t* deficit_before, int64_t lights,
+                                              uint64_t deficit_total,
+                                              const uint64_t* excess_through, int64_t heavies) {
+  if (heavies == 0) return GreedyStop{0, 0, 0, 0};  // no heavy: every light is left over
+  const uint64_t last = excess_through[heavies - 1];
+  if (deficit_total >= last) {
+    int64_t lo = 0, hi = lights;  // first light whose key reaches the last heavy's
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (deficit_before[mid] < last) lo = mid + 1; else hi = mid;
+    }
+    const uint64_t filled = lo < lights ? deficit_before[lo] : deficit_total;
+    return GreedyStop{lo, heavies - 1, filled, kBucket + last - filled};
+  }
+  int64_t lo = 0, hi = heavies - 1;  // first heavy with excess beyond all the deficit
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (excess_through[mid] <= deficit_total) lo = mid + 1; else hi = mid;
+  }
+  return GreedyStop{lights, lo, deficit_total, kBucket + excess_through[lo] - deficit_total};
+}
+
+// The merge a stretch packs locally (steps [0, stop.lights + stop.heavies)).
+C10_HOST_DEVICE inline MergeSlice greedy_slice(const LightItem* light, const uint64_t* deficit_before,
+                                               const uint32_t* heavy, const uint64_t* excess_through,
+                                               const GreedyStop& stop) {
+  return MergeSlice{light, deficit_before, heavy, excess_through, stop.lights, stop.heavies,
+                    stop.filled, heavy[stop.heavies]};
+}
+
+// Class totals of what a stretch leaves over for the global PSA.
+C10_HOST_DEVICE inline ClassPrefix leftover_totals(const GreedyStop& stop, int64_t lights,
+                                                   uint64_t deficit_total,
+                                                   const uint64_t* excess_through, int64_t heavies) {
+  ClassPrefix left{lights - stop.lights, 0, deficit_total - stop.filled, 0};
+  if (heavies == 0) return left;
+  left = left + class_of(stop.residual);
+  left.heavies += heavies - 1 - stop.heavies;
+  left.excess += excess_through[heavies - 1] - excess_through[stop.heavies];
+  return left;
+}
+
+// Leftover r of a stretch's lights / heavies, with its key in the row's leftover merge.
+// Order: lights i*.., the stopped heavy if it became light | the stopped heavy if it is
+// still heavy, heavies j*+1... `before` is what earlier stretches of the row left over;
+// `sums` the stretch's own class totals (keys counted from zero, as staged).
+struct Leftover {
+  uint32_t index;
+  uint32_t mass;  // lights only
+  uint64_t key;
+};
+
+C10_HOST_DEVICE inline Leftover leftover_light(int64_t r, const GreedyStop& stop, const ClassPrefix& sums,
+                                               const LightItem* light, const uint64_t* deficit_before,
+                                               const uint32_t* heavy, const ClassPrefix& before) {
+  const int64_t plain = sums.lights - stop.lights;
+  if (r < plain) {
+    const LightItem item = light[stop.lights + r];
+    return Leftover{item.index, item.mass, before.deficit + (deficit_before[stop.lights + r] - stop.filled)};
+  }
+  return Leftover{heavy[stop.heavies], static_cast<uint32_t>(stop.residual),
+                  before.deficit + (sums.deficit - stop.filled)};
+}
+
+C10_HOST_DEVICE inline Leftover leftover_heavy(int64_t r, const GreedyStop& stop, const ClassPrefix& sums,
+                                               const uint32_t* heavy, const uint64_t* excess_through,
+                                               const ClassPrefix& before) {
+  const bool stopped_heavy = sums.heavies > 0 && stop.residual >= kBucket;
+  const uint64_t head = stopped_heavy ? stop.residual - kBucket : 0;
+  if (stopped_heavy && r == 0) return Leftover{heavy[stop.heavies], 0, before.excess + head};
+  const int64_t j = stop.heavies + 1 + r - (stopped_heavy ? 1 : 0);
+  return Leftover{heavy[j], 0, before.excess + head + (excess_through[j] - excess_through[stop.heavies])};
 }
 
 // ---- sampling -------------------------------------------------------------------------

@@ -3,12 +3,14 @@
 //
 // Rows of up to kSmallRow items (LDA-style batches: one table per word over K topics)
 // are built by one block each, in shared memory, in a single kernel: sum, quantize,
-// block scan, partition, merge. Longer rows go through PSA in passes over tiles:
+// block scan, partition, merge. Longer rows go through PSA+ in passes over tiles:
 //   1. per-tile float64 sums and value checks, reduced per row (CUB),
-//   2. per-tile class totals, scanned per row (CUB), then each tile block-scans its
-//      items and writes them, staged in shared memory, to light and heavy arrays that
-//      carry their merge keys (so the pack makes no indirect loads),
-//   3. split: one thread per pack section finds its start on the merge path,
+//   2. each tile partitions itself in shared memory and packs greedily what it can
+//      (PSA+, see greedy_stop in alias.h); a first pass counts what each tile leaves
+//      over, CUB scans those counts per row, a second pass writes the tile's finished
+//      buckets and its leftovers, with their merge keys, to light and heavy arrays (so
+//      the global pack makes no indirect loads),
+//   3. split: one thread per pack section finds its start on the leftovers' merge path,
 //   4. pack: each block loads its section's lights and heavies into shared memory with
 //      coalesced loads and its threads merge sub-ranges of it.
 #include "alias/alias_ops.h"
@@ -36,6 +38,8 @@ constexpr int kItems = 8;                             // items per thread in til
 constexpr int64_t kTile = kThreads * kItems;          // partition tile of long rows
 constexpr int64_t kSection = kThreads * kItems;       // merge steps per pack block
 constexpr int64_t kSmallRow = kThreads * kItems;      // rows up to this: one block each
+constexpr int kSumItems = 32;                         // items per thread in the sum pass
+constexpr int64_t kSumTile = kThreads * kSumItems;
 
 struct RowSum {
   double sum;
@@ -71,22 +75,25 @@ __device__ inline uint32_t row_flags(const RowSum& s) {
   return flags;
 }
 
-// Tile `tile` of a [rows, n] array cut into tiles of kTile items that never cross rows.
+// Tile `tile` of a [rows, n] array cut into tiles of `size` items that never cross rows.
 struct TileOf {
   int64_t row, first, count;  // row, first item (row-local), items in the tile
-  __device__ TileOf(int64_t tile, int64_t n, int64_t tiles_per_row) {
+  __device__ TileOf(int64_t tile, int64_t n, int64_t tiles_per_row, int64_t size) {
     row = tile / tiles_per_row;
-    first = (tile - row * tiles_per_row) * kTile;
-    count = n - first < kTile ? n - first : kTile;
+    first = (tile - row * tiles_per_row) * size;
+    count = n - first < size ? n - first : size;
   }
 };
 
 // Shared memory of one block that partitions up to kThreads * kItems items: lights in
 // light[0, L) with keys key[0, L), heavies in heavy[0, H) with keys key[L, L + H).
 template <int THREADS>
+using BlockClassScan = cub::BlockScan<ClassPrefix, THREADS, cub::BLOCK_SCAN_WARP_SCANS>;
+
+template <int THREADS>
 struct Staging {
   union {
-    typename cub::BlockScan<ClassPrefix, THREADS>::TempStorage scan;
+    typename BlockClassScan<THREADS>::TempStorage scan;
     typename cub::BlockReduce<RowSum, THREADS>::TempStorage reduce;
   };
   uint64_t key[THREADS * kItems];
@@ -100,33 +107,27 @@ struct Staging {
 template <int THREADS>
 __device__ ClassPrefix stage_items(const uint64_t (&q)[kItems], int64_t count, int64_t first,
                                    const ClassPrefix& before, Staging<THREADS>& st) {
-  ClassPrefix cls[kItems];
-  ClassPrefix mine{0, 0, 0};
+  // Classes are recomputed rather than kept: eight 32-byte prefixes cost 64 registers.
+  auto class_at = [&](int k) {
+    return threadIdx.x * kItems + k < count ? class_of(q[k]) : ClassPrefix{0, 0, 0, 0};
+  };
+  ClassPrefix mine{0, 0, 0, 0};
 #pragma unroll
-  for (int k = 0; k < kItems; ++k) {
-    const bool valid = threadIdx.x * kItems + k < count;
-    cls[k] = valid ? class_of(q[k]) : ClassPrefix{0, 0, 0};
-    mine = mine + cls[k];
-  }
+  for (int k = 0; k < kItems; ++k) mine = mine + class_at(k);
   ClassPrefix total;
-  cub::BlockScan<ClassPrefix, THREADS>(st.scan).ExclusiveScan(mine, mine, ClassPrefix{0, 0, 0},
-                                                              AddClassPrefix{}, total);
-  __syncthreads();  // `total` first, then the heavy keys can be placed after the lights
+  BlockClassScan<THREADS>(st.scan).ExclusiveScan(mine, mine, ClassPrefix{0, 0, 0, 0}, AddClassPrefix{}, total);
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
-    const int64_t local = threadIdx.x * kItems + k;
-    if (local < count) {
-      const uint32_t index = static_cast<uint32_t>(first + local);
-      if (cls[k].lights) {
-        st.light[mine.lights] = LightItem{index, static_cast<uint32_t>(q[k])};
-        st.key[mine.lights] = before.deficit + mine.deficit;
-      } else {
-        const int64_t h = local - mine.lights;
-        st.heavy[h] = index;
-        st.key[total.lights + h] = before.excess + mine.excess + cls[k].excess;
-      }
+    const ClassPrefix cls = class_at(k);
+    const uint32_t index = static_cast<uint32_t>(first + threadIdx.x * kItems + k);
+    if (cls.lights) {
+      st.light[mine.lights] = LightItem{index, static_cast<uint32_t>(q[k])};
+      st.key[mine.lights] = before.deficit + mine.deficit;
+    } else if (cls.heavies) {
+      st.heavy[mine.heavies] = index;
+      st.key[total.lights + mine.heavies] = before.excess + mine.excess + cls.excess;
     }
-    mine = mine + cls[k];
+    mine = mine + cls;
   }
   __syncthreads();
   return total;
@@ -164,9 +165,9 @@ __global__ void __launch_bounds__(THREADS)
   uint64_t q[kItems];
 #pragma unroll
   for (int k = 0; k < kItems; ++k) q[k] = quantize(x[k], scale, n);
-  const ClassPrefix sums = stage_items<THREADS>(q, n, 0, ClassPrefix{0, 0, 0}, st);
+  const ClassPrefix sums = stage_items<THREADS>(q, n, 0, ClassPrefix{0, 0, 0, 0}, st);
   const MergeSlice slice = whole_row(st.light, st.key, st.heavy, st.key + sums.lights, sums.lights,
-                                     n - sums.lights, sums.deficit);
+                                     sums.heavies, sums.deficit);
   const int64_t begin = threadIdx.x * kItems;
   if (begin < n) pack_merge_steps(slice, begin, begin + kItems < n ? begin + kItems : n, table + row * n);
 }
@@ -193,11 +194,11 @@ template <typename scalar_t>
 __global__ void __launch_bounds__(kThreads)
     tile_sum_kernel(const scalar_t* w, int64_t n, int64_t tiles_per_row, RowSum* tile_sums) {
   __shared__ typename cub::BlockReduce<RowSum, kThreads>::TempStorage tmp;
-  const TileOf t(blockIdx.x, n, tiles_per_row);
+  const TileOf t(blockIdx.x, n, tiles_per_row, kSumTile);
   const scalar_t* p = w + t.row * n + t.first;
   RowSum mine{0.0, 0u};
 #pragma unroll
-  for (int k = 0; k < kItems; ++k) {
+  for (int k = 0; k < kSumItems; ++k) {
     const int64_t i = k * kThreads + threadIdx.x;  // striped: coalesced
     if (i < t.count) {
       const double x = static_cast<double>(p[i]);
@@ -217,69 +218,74 @@ __global__ void row_scale_kernel(const RowSum* sums, int64_t rows, int64_t n, Ro
   scale[b] = row_scale(sums[b].sum, n);
 }
 
-template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
-    tile_class_kernel(const scalar_t* w, int64_t n, int64_t tiles_per_row, const RowScale* scale,
-                      ClassPrefix* tile_class) {
-  __shared__ typename cub::BlockReduce<ClassPrefix, kThreads>::TempStorage tmp;
-  const TileOf t(blockIdx.x, n, tiles_per_row);
-  const scalar_t* p = w + t.row * n + t.first;
-  const RowScale rs = scale[t.row];
-  ClassPrefix mine{0, 0, 0};
-#pragma unroll
-  for (int k = 0; k < kItems; ++k) {
-    const int64_t i = k * kThreads + threadIdx.x;
-    if (i < t.count) mine = mine + class_of(quantize(static_cast<double>(p[i]), rs, n));
-  }
-  const ClassPrefix total = cub::BlockReduce<ClassPrefix, kThreads>(tmp).Reduce(mine, AddClassPrefix{});
-  if (threadIdx.x == 0) tile_class[blockIdx.x] = total;
-}
-
-// Where a row's partitioned items live: each row owns n slots of each array.
+// Where a row's leftover items live: each row owns n slots of each array.
 struct RowArrays {
   LightItem* light;
   uint64_t* deficit_before;
   uint32_t* heavy;
   uint64_t* excess_through;
   int64_t* lights;          // per row
+  int64_t* heavies;         // per row
   uint64_t* deficit_total;  // per row
 };
 
-template <typename scalar_t>
+// PSA+ on one tile. kWrite = false: store what the tile leaves over (tile_left).
+// kWrite = true: write the buckets the tile finishes and its leftovers, placed after
+// what the tiles before it in the row left over (tile_before).
+template <typename scalar_t, bool kWrite>
 __global__ void __launch_bounds__(kThreads)
-    partition_kernel(const scalar_t* w, int64_t n, int64_t tiles_per_row, const RowScale* scale,
-                     const ClassPrefix* tile_before, RowArrays a) {
+    greedy_tile_kernel(const scalar_t* w, int64_t n, int64_t tiles_per_row, const RowScale* scale,
+                       ClassPrefix* tile_left, const ClassPrefix* tile_before, RowArrays a,
+                       int64_t* table) {
   __shared__ Staging<kThreads> st;
-  const TileOf t(blockIdx.x, n, tiles_per_row);
+  const TileOf t(blockIdx.x, n, tiles_per_row, kTile);
   double x[kItems];
   load_blocked(w + t.row * n + t.first, t.count, x);
   const RowScale rs = scale[t.row];
   uint64_t q[kItems];
 #pragma unroll
   for (int k = 0; k < kItems; ++k) q[k] = quantize(x[k], rs, n);
-  const ClassPrefix before = tile_before[blockIdx.x];
-  const ClassPrefix sums = stage_items<kThreads>(q, t.count, t.first, before, st);
-  // Coalesced copy-out of the staged lights and heavies.
-  const int64_t light0 = t.row * n + before.lights;
-  const int64_t heavy0 = t.row * n + (t.first - before.lights);
-  for (int64_t r = threadIdx.x; r < sums.lights; r += kThreads) {
-    a.light[light0 + r] = st.light[r];
-    a.deficit_before[light0 + r] = st.key[r];
+  const ClassPrefix sums = stage_items<kThreads>(q, t.count, t.first, ClassPrefix{0, 0, 0, 0}, st);
+  const uint64_t* deficit = st.key;
+  const uint64_t* excess = st.key + sums.lights;
+  const GreedyStop stop = greedy_stop(deficit, sums.lights, sums.deficit, excess, sums.heavies);
+  const ClassPrefix left = leftover_totals(stop, sums.lights, sums.deficit, excess, sums.heavies);
+  if (!kWrite) {
+    if (threadIdx.x == 0) tile_left[blockIdx.x] = left;
+    return;
   }
-  for (int64_t r = threadIdx.x; r < t.count - sums.lights; r += kThreads) {
-    a.heavy[heavy0 + r] = st.heavy[r];
-    a.excess_through[heavy0 + r] = st.key[sums.lights + r];
+  if (sums.heavies > 0) {  // the buckets this tile finishes
+    const MergeSlice local = greedy_slice(st.light, deficit, st.heavy, excess, stop);
+    const int64_t steps = stop.lights + stop.heavies;
+    const int64_t begin = threadIdx.x * kItems;
+    if (begin < steps) {
+      pack_merge_steps(local, begin, begin + kItems < steps ? begin + kItems : steps, table + t.row * n);
+    }
+  }
+  const ClassPrefix before = tile_before[blockIdx.x];
+  const int64_t light0 = t.row * n + before.lights;
+  const int64_t heavy0 = t.row * n + before.heavies;
+  for (int64_t r = threadIdx.x; r < left.lights; r += kThreads) {
+    const Leftover l = leftover_light(r, stop, sums, st.light, deficit, st.heavy, before);
+    a.light[light0 + r] = LightItem{l.index, l.mass};
+    a.deficit_before[light0 + r] = l.key;
+  }
+  for (int64_t r = threadIdx.x; r < left.heavies; r += kThreads) {
+    const Leftover h = leftover_heavy(r, stop, sums, st.heavy, excess, before);
+    a.heavy[heavy0 + r] = h.index;
+    a.excess_through[heavy0 + r] = h.key;
   }
   if (threadIdx.x == 0 && t.first + t.count == n) {
-    a.lights[t.row] = before.lights + sums.lights;
-    a.deficit_total[t.row] = before.deficit + sums.deficit;
+    a.lights[t.row] = before.lights + left.lights;
+    a.heavies[t.row] = before.heavies + left.heavies;
+    a.deficit_total[t.row] = before.deficit + left.deficit;
   }
 }
 
 __device__ inline MergeSlice row_in_global(const RowArrays& a, int64_t row, int64_t n) {
   const int64_t base = row * n;
   return whole_row(a.light + base, a.deficit_before + base, a.heavy + base, a.excess_through + base,
-                   a.lights[row], n - a.lights[row], a.deficit_total[row]);
+                   a.lights[row], a.heavies[row], a.deficit_total[row]);
 }
 
 // Lights before each section boundary k * kSection of each row (the splits of PSA).
@@ -289,7 +295,8 @@ __global__ void split_kernel(RowArrays a, int64_t rows, int64_t n, int64_t* spli
   if (s >= rows * per_row) return;
   const int64_t row = s / per_row;
   const int64_t step = (s - row * per_row) * kSection;
-  split[s] = merge_corank(row_in_global(a, row, n), step < n ? step : n);
+  const int64_t steps = a.lights[row] + a.heavies[row];
+  split[s] = merge_corank(row_in_global(a, row, n), step < steps ? step : steps);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -301,8 +308,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row = blockIdx.x / sections;
   const int64_t section = blockIdx.x - row * sections;
   const MergeSlice whole = row_in_global(a, row, n);
+  const int64_t steps = whole.lights + whole.heavies;  // the leftovers' merge
   const int64_t n0 = section * kSection;
-  const int64_t n1 = n0 + kSection < n ? n0 + kSection : n;
+  if (n0 >= steps) return;
+  const int64_t n1 = n0 + kSection < steps ? n0 + kSection : steps;
   const int64_t i0 = split[row * (sections + 1) + section];
   const int64_t i1 = split[row * (sections + 1) + section + 1];
   const int64_t j0 = n0 - i0, lights = i1 - i0, heavies = (n1 - i1) - j0;
@@ -348,12 +357,12 @@ void build_long_rows(const scalar_t* w, int64_t rows, int64_t n, bool validate, 
   auto* status_p = reinterpret_cast<uint32_t*>(status.data_ptr<int>());
 
   // 1. Row sums and value checks.
-  auto* tile_sums = scratch<RowSum>(keep, opts, tiles);
-  tile_sum_kernel<scalar_t><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, tile_sums);
+  const int64_t sum_tiles_per_row = (n + kSumTile - 1) / kSumTile;
+  auto* tile_sums = scratch<RowSum>(keep, opts, rows * sum_tiles_per_row);
+  tile_sum_kernel<scalar_t><<<rows * sum_tiles_per_row, kThreads, 0, stream>>>(w, n, sum_tiles_per_row, tile_sums);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   auto* row_sums = scratch<RowSum>(keep, opts, rows);
-  auto starts = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0),
-                                                MulBy{tiles_per_row});
+  auto starts = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), MulBy{sum_tiles_per_row});
   cub_call([&](void* tmp, size_t& bytes) {
     return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, tile_sums, row_sums, rows, starts, starts + 1,
                                               AddRowSum{}, RowSum{0.0, 0u}, stream);
@@ -363,24 +372,26 @@ void build_long_rows(const scalar_t* w, int64_t rows, int64_t n, bool validate, 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (validate) raise_if_flagged(status, stream);
 
-  // 2. Partition: tile class totals, scanned within rows, then each tile places its items.
-  auto* tile_class = scratch<ClassPrefix>(keep, opts, tiles);
-  tile_class_kernel<scalar_t><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, tile_class);
+  // 2. PSA+ per tile: count the leftovers, scan them within rows, then write.
+  const RowArrays arrays{scratch<LightItem>(keep, opts, rows * n), scratch<uint64_t>(keep, opts, rows * n),
+                         scratch<uint32_t>(keep, opts, rows * n),  scratch<uint64_t>(keep, opts, rows * n),
+                         scratch<int64_t>(keep, opts, rows),       scratch<int64_t>(keep, opts, rows),
+                         scratch<uint64_t>(keep, opts, rows)};
+  auto* tile_left = scratch<ClassPrefix>(keep, opts, tiles);
+  greedy_tile_kernel<scalar_t, false><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, tile_left,
+                                                                      nullptr, arrays, table);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   auto* tile_before = scratch<ClassPrefix>(keep, opts, tiles);
-  auto tile_row = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0),
-                                                  DivBy{tiles_per_row});
+  auto tile_row = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), DivBy{tiles_per_row});
   cub_call([&](void* tmp, size_t& bytes) {
-    return cub::DeviceScan::ExclusiveScanByKey(tmp, bytes, tile_row, tile_class, tile_before, AddClassPrefix{},
-                                               ClassPrefix{0, 0, 0}, tiles, cuda::std::equal_to<>{}, stream);
+    return cub::DeviceScan::ExclusiveScanByKey(tmp, bytes, tile_row, tile_left, tile_before, AddClassPrefix{},
+                                               ClassPrefix{0, 0, 0, 0}, tiles, cuda::std::equal_to<>{}, stream);
   });
-  const RowArrays arrays{scratch<LightItem>(keep, opts, rows * n), scratch<uint64_t>(keep, opts, rows * n),
-                         scratch<uint32_t>(keep, opts, rows * n), scratch<uint64_t>(keep, opts, rows * n),
-                         scratch<int64_t>(keep, opts, rows), scratch<uint64_t>(keep, opts, rows)};
-  partition_kernel<scalar_t><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, tile_before, arrays);
+  greedy_tile_kernel<scalar_t, true><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, nullptr,
+                                                                     tile_before, arrays, table);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
-  // 3. Split and 4. pack.
+  // 3. Split and 4. pack the leftovers.
   const int64_t sections = (n + kSection - 1) / kSection;
   auto* split = scratch<int64_t>(keep, opts, rows * (sections + 1));
   split_kernel<<<ceil_div(rows * (sections + 1), kThreads), kThreads, 0, stream>>>(arrays, rows, n, split);
