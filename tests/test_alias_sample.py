@@ -5,7 +5,7 @@ import torch
 
 import torch_wrs
 from conftest import requires_cuda
-from helpers import g_test_pvalue
+from helpers import assert_encodes, g_test_pvalue, table_mass
 
 P_MIN = 1e-4  # fixed seeds make each test deterministic; this is its false-alarm rate
 
@@ -159,8 +159,15 @@ def test_validate_under_graph_capture_is_refused():
 
 @requires_cuda
 def test_cpu_and_cuda_tables_encode_the_same_distribution():
+    """Both devices quantize each weight the same way, so light items (below one bucket)
+    get the same mass to a unit; heavy items may differ by where each device's merge
+    leaves the rounding remainder, within the bound assert_encodes checks on each."""
     g = torch.Generator().manual_seed(300)
     w = torch.rand(7, 20_000, generator=g) ** 4
-    cpu = torch_wrs.alias_probs(torch_wrs.alias_table(w))
-    gpu = torch_wrs.alias_probs(torch_wrs.alias_table(w.cuda())).cpu()
-    assert (cpu - gpu).abs().max() * 20_000 * 2**32 <= 1.0 + 1e-3 * 20_000
+    cpu = torch_wrs.alias_table(w)
+    gpu = torch_wrs.alias_table(w.cuda()).cpu()
+    assert_encodes(cpu, w)
+    assert_encodes(gpu, w)
+    units = w.double() / w.double().sum(-1, keepdim=True) * (20_000 * 2.0**32)
+    light = units < 2**32 - 2
+    assert (table_mass(cpu) - table_mass(gpu)).abs()[light].max() <= 1

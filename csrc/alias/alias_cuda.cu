@@ -5,11 +5,11 @@
 // are built by one block each, in shared memory, in a single kernel: sum, quantize,
 // block scan, partition, merge. Longer rows go through PSA+ in passes over tiles:
 //   1. per-tile float64 sums and value checks, reduced per row (CUB),
-//   2. each tile partitions itself in shared memory and packs greedily what it can
-//      (PSA+, see greedy_stop in alias.h); a first pass counts what each tile leaves
-//      over, CUB scans those counts per row, a second pass writes the tile's finished
-//      buckets and its leftovers, with their merge keys, to light and heavy arrays (so
-//      the global pack makes no indirect loads),
+//   2. one pass: each tile partitions itself in shared memory, packs greedily what it
+//      can (PSA+, see greedy_stop in alias.h), learns what the tiles before it in its
+//      row left over through CUB's decoupled look-back, and writes its finished buckets
+//      and its leftovers, with their merge keys, to light and heavy arrays (so the
+//      global pack makes no indirect loads),
 //   3. split: one thread per pack section finds its start on the leftovers' merge path,
 //   4. pack: each block loads its section's lights and heavies into shared memory with
 //      coalesced loads and its threads merge sub-ranges of it.
@@ -23,8 +23,8 @@
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cub/block/block_reduce.cuh>
+#include <cub/agent/single_pass_scan_operators.cuh>
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_reduce.cuh>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
@@ -58,14 +58,28 @@ struct AddClassPrefix {
   }
 };
 
+// Leftover totals of a tile, scanned across tiles with restarts at row starts (the
+// segmented-scan operator, associative), so one look-back serves every row at once.
+struct RowPrefix {
+  ClassPrefix sum;
+  int64_t starts_row;
+};
+
+struct AddWithinRow {
+  __host__ __device__ RowPrefix operator()(const RowPrefix& a, const RowPrefix& b) const {
+    return b.starts_row ? b : RowPrefix{a.sum + b.sum, a.starts_row};
+  }
+};
+
+using TileState = cub::ScanTileState<RowPrefix>;
+// CUB's decoupled look-back (the engine of its single-pass scans), used per tile.
+using TileLookback = cub::TilePrefixCallbackOp<RowPrefix, AddWithinRow, TileState>;
+
+__global__ void init_tile_state_kernel(TileState state, int tiles) { state.InitializeStatus(tiles); }
+
 struct MulBy {
   int64_t k;
   __host__ __device__ int64_t operator()(int64_t x) const { return x * k; }
-};
-
-struct DivBy {
-  int64_t k;
-  __host__ __device__ int64_t operator()(int64_t x) const { return x / k; }
 };
 
 __device__ inline uint32_t row_flags(const RowSum& s) {
@@ -229,15 +243,15 @@ struct RowArrays {
   uint64_t* deficit_total;  // per row
 };
 
-// PSA+ on one tile. kWrite = false: store what the tile leaves over (tile_left).
-// kWrite = true: write the buckets the tile finishes and its leftovers, placed after
-// what the tiles before it in the row left over (tile_before).
-template <typename scalar_t, bool kWrite>
+// PSA+ on one tile: pack what it can, then place its leftovers after what the tiles
+// before it in its row left over.
+template <typename scalar_t>
 __global__ void __launch_bounds__(kThreads)
     greedy_tile_kernel(const scalar_t* w, int64_t n, int64_t tiles_per_row, const RowScale* scale,
-                       ClassPrefix* tile_left, const ClassPrefix* tile_before, RowArrays a,
-                       int64_t* table) {
+                       TileState tile_state, RowArrays a, int64_t* table) {
   __shared__ Staging<kThreads> st;
+  __shared__ typename TileLookback::TempStorage lookback;
+  __shared__ ClassPrefix tile_before;
   const TileOf t(blockIdx.x, n, tiles_per_row, kTile);
   double x[kItems];
   load_blocked(w + t.row * n + t.first, t.count, x);
@@ -250,9 +264,16 @@ __global__ void __launch_bounds__(kThreads)
   const uint64_t* excess = st.key + sums.lights;
   const GreedyStop stop = greedy_stop(deficit, sums.lights, sums.deficit, excess, sums.heavies);
   const ClassPrefix left = leftover_totals(stop, sums.lights, sums.deficit, excess, sums.heavies);
-  if (!kWrite) {
-    if (threadIdx.x == 0) tile_left[blockIdx.x] = left;
-    return;
+  const RowPrefix mine{left, t.first == 0};
+  if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) {
+      tile_state.SetInclusive(0, mine);
+      tile_before = ClassPrefix{0, 0, 0, 0};
+    }
+  } else if (threadIdx.x < 32) {
+    TileLookback op(tile_state, lookback, AddWithinRow{}, blockIdx.x);
+    const RowPrefix prior = op(mine);
+    if (threadIdx.x == 0) tile_before = t.first == 0 ? ClassPrefix{0, 0, 0, 0} : prior.sum;
   }
   if (sums.heavies > 0) {  // the buckets this tile finishes
     const MergeSlice local = greedy_slice(st.light, deficit, st.heavy, excess, stop);
@@ -262,7 +283,8 @@ __global__ void __launch_bounds__(kThreads)
       pack_merge_steps(local, begin, begin + kItems < steps ? begin + kItems : steps, table + t.row * n);
     }
   }
-  const ClassPrefix before = tile_before[blockIdx.x];
+  __syncthreads();
+  const ClassPrefix before = tile_before;
   const int64_t light0 = t.row * n + before.lights;
   const int64_t heavy0 = t.row * n + before.heavies;
   for (int64_t r = threadIdx.x; r < left.lights; r += kThreads) {
@@ -372,23 +394,19 @@ void build_long_rows(const scalar_t* w, int64_t rows, int64_t n, bool validate, 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (validate) raise_if_flagged(status, stream);
 
-  // 2. PSA+ per tile: count the leftovers, scan them within rows, then write.
+  // 2. PSA+ per tile, one pass (decoupled look-back for the leftover offsets).
   const RowArrays arrays{scratch<LightItem>(keep, opts, rows * n), scratch<uint64_t>(keep, opts, rows * n),
                          scratch<uint32_t>(keep, opts, rows * n),  scratch<uint64_t>(keep, opts, rows * n),
                          scratch<int64_t>(keep, opts, rows),       scratch<int64_t>(keep, opts, rows),
                          scratch<uint64_t>(keep, opts, rows)};
-  auto* tile_left = scratch<ClassPrefix>(keep, opts, tiles);
-  greedy_tile_kernel<scalar_t, false><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, tile_left,
-                                                                      nullptr, arrays, table);
+  TORCH_CHECK(tiles < (int64_t(1) << 31), "alias_table: too many items for one call (", tiles, " tiles)");
+  size_t state_bytes = 0;
+  C10_CUDA_CHECK(TileState::AllocationSize(static_cast<int>(tiles), state_bytes));
+  TileState tile_state;
+  C10_CUDA_CHECK(tile_state.Init(static_cast<int>(tiles), scratch<char>(keep, opts, state_bytes), state_bytes));
+  init_tile_state_kernel<<<ceil_div(tiles + 32, kThreads), kThreads, 0, stream>>>(tile_state, static_cast<int>(tiles));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto* tile_before = scratch<ClassPrefix>(keep, opts, tiles);
-  auto tile_row = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), DivBy{tiles_per_row});
-  cub_call([&](void* tmp, size_t& bytes) {
-    return cub::DeviceScan::ExclusiveScanByKey(tmp, bytes, tile_row, tile_left, tile_before, AddClassPrefix{},
-                                               ClassPrefix{0, 0, 0, 0}, tiles, cuda::std::equal_to<>{}, stream);
-  });
-  greedy_tile_kernel<scalar_t, true><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, nullptr,
-                                                                     tile_before, arrays, table);
+  greedy_tile_kernel<scalar_t><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, tile_state, arrays, table);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
   // 3. Split and 4. pack the leftovers.
