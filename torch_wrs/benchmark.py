@@ -73,8 +73,13 @@ def construction(args):
 
 
 def profile_build(n):
+    for kind in ("uniform", "power_law"):
+        _profile_build(n, kind)
+
+
+def _profile_build(n, kind):
     """Per-kernel device time of one N-item build (torch.profiler), to see where time goes."""
-    w = _weights("uniform", (n,), torch.Generator("cuda").manual_seed(0))
+    w = _weights(kind, (n,), torch.Generator("cuda").manual_seed(0))
     for _ in range(3):
         torch_wrs.alias_table(w, validate=False)
     torch.cuda.synchronize()
@@ -82,7 +87,7 @@ def profile_build(n):
         for _ in range(5):
             torch_wrs.alias_table(w, validate=False)
         torch.cuda.synchronize()
-    print(f"\nper-kernel device time of alias_table, N = {n:,} (mean of 5 builds)")
+    print(f"\nper-kernel device time of alias_table, N = {n:,}, {kind} (mean of 5 builds)")
     for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
         if e.device_time_total > 0:
             print(f"  {e.device_time_total / 5 / 1e3:8.3f} ms  {e.key[:100]}")

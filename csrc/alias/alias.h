@@ -32,30 +32,29 @@ C10_HOST_DEVICE inline int64_t pack_row(uint32_t threshold, uint32_t alias) {
   return static_cast<int64_t>((static_cast<uint64_t>(alias) << 32) | threshold);
 }
 
-// Bucket of `self` keeping `mass` units for itself and giving the rest to `alias`.
-C10_HOST_DEVICE inline int64_t bucket_row(uint64_t mass, uint32_t self, uint32_t alias) {
-  if (mass >= kBucket) return pack_row(0xFFFFFFFFu, self);
-  return pack_row(static_cast<uint32_t>(mass), alias);
-}
-
 // ---- quantization -------------------------------------------------------------------
 
 // Per-row constants: W = m * 2^exponent with m in [0.5, 1); scale = N * 2^32 / m.
 // Scaling w by 2^-exponent first keeps every intermediate finite for any float64 W,
-// denormal or huge.
+// denormal or huge. When scale * 2^-exponent is itself a normal double, one multiply by
+// it (`direct`) rounds the same real number once, so it gives the same Q, faster.
 struct RowScale {
   double scale;
+  double direct;  // scale * 2^-exponent, or 0 where that is not a normal double
   int32_t exponent;
 };
 
 C10_HOST_DEVICE inline RowScale row_scale(double sum, int64_t n) {
   int e = 0;
   const double m = ::frexp(sum, &e);
-  return RowScale{static_cast<double>(n) * static_cast<double>(kBucket) / m, e};
+  const double scale = static_cast<double>(n) * static_cast<double>(kBucket) / m;
+  const double direct = ::ldexp(scale, -e);
+  const bool normal = direct >= 2.2250738585072014e-308 && direct <= 1.7976931348623157e308;
+  return RowScale{scale, normal ? direct : 0.0, e};
 }
 
 C10_HOST_DEVICE inline uint64_t quantize(double w, const RowScale& rs, int64_t n) {
-  const double q = ::rint(::ldexp(w, -rs.exponent) * rs.scale);
+  const double q = ::rint(rs.direct != 0.0 ? w * rs.direct : ::ldexp(w, -rs.exponent) * rs.scale);
   const double cap = static_cast<double>(n) * static_cast<double>(kBucket);
   if (!(q > 0)) return 0;  // also maps NaN (invalid input, unchecked) to 0
   return static_cast<uint64_t>(q < cap ? q : cap);
@@ -120,32 +119,35 @@ C10_HOST_DEVICE inline int64_t merge_corank(const MergeSlice& r, int64_t n) {
 }
 
 // Writes the buckets of merge steps [begin, end) of the slice (the pack of PSA) into
-// `table`, the row's table indexed by item.
+// `table`, the row's table indexed by item. Each step reads everything either kind of
+// step could need, independently, and selects: no branch for warps to diverge on.
 C10_HOST_DEVICE inline void pack_merge_steps(const MergeSlice& r, int64_t begin, int64_t end,
                                              int64_t* table) {
   int64_t i = merge_corank(r, begin);
   int64_t j = begin - i;
   for (int64_t step = begin; step < end; ++step) {
-    const bool take_heavy =
-        i == r.lights || (j < r.heavies && r.excess_through[j] <= r.deficit_before[i]);
-    if (take_heavy) {
-      // The heavy item's residual after filling the lights before it; <= 2^32 except
-      // where the row runs out of lights and absorbs the rounding remainder.
-      const uint64_t filled = i < r.lights ? r.deficit_before[i] : r.deficit_after;
-      const uint64_t residual = kBucket + r.excess_through[j] - filled;
-      const uint32_t self = r.heavy[j];
-      const uint32_t next = j + 1 < r.heavies ? r.heavy[j + 1] : r.heavy_after;
-      table[self] = bucket_row(residual, self, next);
-      ++j;
-    } else {
-      // A light is filled by the current heavy; lights past the row's last heavy (the
-      // rounding remainder only) give their rest to that last heavy.
-      const LightItem item = r.light[i];
-      const uint32_t alias = j < r.heavies ? r.heavy[j] : r.heavy_after;
-      table[item.index] = alias == kNoHeavy ? pack_row(0xFFFFFFFFu, item.index)
-                                            : pack_row(item.mass, alias);
-      ++i;
-    }
+    const bool lights_left = i < r.lights;
+    const bool heavies_left = j < r.heavies;
+    // Deficit of the lights packed so far (the key of the next light, or all of it).
+    const uint64_t filled = lights_left ? r.deficit_before[i] : r.deficit_after;
+    const uint64_t excess = heavies_left ? r.excess_through[j] : 0;
+    const uint32_t heavy = heavies_left ? r.heavy[j] : r.heavy_after;  // the current heavy
+    const uint32_t next = j + 1 < r.heavies ? r.heavy[j + 1] : r.heavy_after;
+    const LightItem light = lights_left ? r.light[i] : LightItem{0, 0};
+    const bool take_heavy = !lights_left || (heavies_left && excess <= filled);
+    // Heavy step: the heavy keeps its residual after filling the lights before it
+    // (<= 2^32, except where the row runs out of lights and absorbs the rounding
+    // remainder) and gives the rest to the next heavy. Light step: the light keeps its
+    // mass and the current heavy fills it; lights past the row's last heavy give their
+    // rest to that last heavy; with no heavy at all a light fills its own bucket.
+    const uint64_t residual = kBucket + excess - filled;
+    const uint32_t self = take_heavy ? heavy : light.index;
+    const bool full = take_heavy ? residual >= kBucket : heavy == kNoHeavy;
+    const uint32_t threshold = full ? 0xFFFFFFFFu : (take_heavy ? static_cast<uint32_t>(residual) : light.mass);
+    const uint32_t alias = full ? self : (take_heavy ? next : heavy);
+    table[self] = pack_row(threshold, alias);
+    i += take_heavy ? 0 : 1;
+    j += take_heavy ? 1 : 0;
   }
 }
 
