@@ -109,7 +109,7 @@ def test_cpu_result_does_not_depend_on_thread_count():
     assert torch.equal(one, many)
 
 
-@pytest.mark.parametrize("n", [2, 31, 256, 257, 512, 513, 1024, 1025, 2047, 2048, 2049, 4096, 4097, 6145])
+@pytest.mark.parametrize("n", [2, 31, 256, 257, 288, 289, 576, 577, 1152, 1153, 2048, 2304, 2305, 4608, 4609, 6145])
 def test_row_lengths_around_block_and_tile_sizes(device, n):
     """Rows built in one block (each block size) and rows built in tiles and sections."""
     g = torch.Generator().manual_seed(n)
