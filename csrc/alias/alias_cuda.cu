@@ -408,9 +408,7 @@ void build_long_rows(const scalar_t* w, int64_t rows, int64_t n, bool validate, 
   TileState tile_state;
   C10_CUDA_CHECK(tile_state.Init(static_cast<int>(tiles), scratch<char>(keep, opts, state_bytes), state_bytes));
   init_tile_state_kernel<<<ceil_div(tiles + 32, kThreads), kThreads, 0, stream>>>(tile_state, static_cast<int>(tiles));
-  // All the shared memory the SM has, so 4 blocks of 41 KB fit.
-  C10_CUDA_CHECK(cudaFuncSetAttribute(greedy_tile_kernel<scalar_t>,
-                                      cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+  prefer_shared_memory(greedy_tile_kernel<scalar_t>);  // 4 blocks of 46 KB per SM
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   greedy_tile_kernel<scalar_t><<<tiles, kThreads, 0, stream>>>(w, n, tiles_per_row, scale, tile_state, arrays, table);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -31,6 +31,14 @@ void cub_call(F&& f) {
   C10_CUDA_CHECK(f(storage.get(), bytes));
 }
 
+// Asks for the largest shared-memory carveout for `kernel`, so as many blocks as the
+// SM's shared memory allows run at once (the default split can hold fewer).
+template <typename Kernel>
+void prefer_shared_memory(Kernel kernel) {
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared));
+}
+
 inline bool stream_is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
