@@ -7,6 +7,8 @@ TORCH_LIBRARY(wrs, m) {
   // validate=True checks the weight values; on CUDA that costs one host sync, so pass
   // validate=False inside CUDA graphs or wherever a sync is unwelcome.
   m.def("alias_table(Tensor weights, *, bool validate=True) -> Tensor");
-  m.def("alias_sample(Tensor table, SymInt num_samples, *, Generator? generator=None) -> Tensor",
+  // Samples: [..., num_samples] indices, int64 (default) or int32 (half the write traffic).
+  m.def("alias_sample(Tensor table, SymInt num_samples, *, ScalarType? dtype=None, "
+        "Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
 }

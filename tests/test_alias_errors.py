@@ -67,6 +67,13 @@ def test_not_a_table(device, bad, message):
         torch_wrs.alias_sample(bad(device), 3)
 
 
+@pytest.mark.parametrize("dtype", [torch.int16, torch.float32, torch.uint8])
+def test_bad_sample_dtype(device, dtype):
+    t = torch_wrs.alias_table(torch.rand(5, device=device))
+    with pytest.raises(RuntimeError, match="dtype must be torch.int64 or torch.int32"):
+        torch_wrs.alias_sample(t, 3, dtype=dtype)
+
+
 def test_generator_on_wrong_device(device):
     if device.type == "cpu":
         pytest.skip("needs a second device type")

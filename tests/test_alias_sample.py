@@ -49,6 +49,14 @@ def test_odd_sample_count_across_rows(device):
     assert s.tolist() == [[0, 0, 0], [2, 2, 2]]
 
 
+def test_int32_output_matches_int64(device):
+    t = torch_wrs.alias_table(torch.rand(3, 777, device=device))
+    wide = torch_wrs.alias_sample(t, 1001, generator=torch.Generator(device).manual_seed(4))
+    narrow = torch_wrs.alias_sample(t, 1001, dtype=torch.int32, generator=torch.Generator(device).manual_seed(4))
+    assert narrow.dtype == torch.int32 and narrow.shape == wide.shape
+    assert torch.equal(narrow.long(), wide)
+
+
 def test_zero_and_single_category(device):
     t = torch_wrs.alias_table(torch.ones(1, device=device))
     assert torch.equal(torch_wrs.alias_sample(t, 9), torch.zeros(9, dtype=torch.int64, device=device))

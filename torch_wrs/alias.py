@@ -24,10 +24,15 @@ def alias_table(weights: torch.Tensor, *, validate: bool = True) -> torch.Tensor
 
 
 def alias_sample(
-    table: torch.Tensor, num_samples: int, *, generator: Optional[torch.Generator] = None
+    table: torch.Tensor,
+    num_samples: int,
+    *,
+    dtype: Optional[torch.dtype] = None,
+    generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
-    """Draws ``num_samples`` i.i.d. indices per row of ``table``: int64 ``[..., num_samples]``."""
-    return torch.ops.wrs.alias_sample(table, num_samples, generator=generator)
+    """Draws ``num_samples`` i.i.d. indices per row of ``table``: ``[..., num_samples]``,
+    int64 by default or ``dtype=torch.int32`` (half the bytes written)."""
+    return torch.ops.wrs.alias_sample(table, num_samples, dtype=dtype, generator=generator)
 
 
 def alias_probs(table: torch.Tensor) -> torch.Tensor:
@@ -70,8 +75,10 @@ class AliasTable:
         """float64 ``[..., N]``: the probabilities the table samples with."""
         return alias_probs(self.table)
 
-    def sample(self, num_samples: int, *, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        return alias_sample(self.table, num_samples, generator=generator)
+    def sample(
+        self, num_samples: int, *, dtype: Optional[torch.dtype] = None, generator: Optional[torch.Generator] = None
+    ) -> torch.Tensor:
+        return alias_sample(self.table, num_samples, dtype=dtype, generator=generator)
 
     def to(self, *args, **kwargs) -> "AliasTable":
         table = self.table.to(*args, **kwargs)

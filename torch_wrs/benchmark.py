@@ -1,6 +1,7 @@
 """Side-by-side benchmarks on the GPU it finds (CUDA-event medians after warm-up).
 
     python -m torch_wrs.benchmark construction   # alias-table build vs torch.cumsum(float64)
+    python -m torch_wrs.benchmark sampling       # alias sampling vs torch.multinomial and others
 
 Each table row prints our time, what a user would run otherwise, their ratio, and the
 memory-traffic floor at this device's measured copy bandwidth.
@@ -72,6 +73,61 @@ def construction(args):
         cpu_scaling(args.cpu_scaling)
 
 
+def _gsps(num, ms):
+    return num / (ms * 1e-3) / 1e9
+
+
+def sampling(args):
+    """1-D sampling, ordered (i.i.d. in order), num_samples draws from N categories."""
+    bw = copy_bandwidth()
+    gen = torch.Generator("cuda").manual_seed(0)
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    s = args.samples
+    rows = []
+    for n in (10**3, 10**6, 10**7, 10**8):
+        w = _weights("power_law", (n,), gen)
+        table = torch_wrs.alias_table(w)
+        r = {"n": n}
+        r["ours"] = cuda_ms(lambda: torch_wrs.alias_sample(table, s, generator=gen))
+        r["ours_i32"] = cuda_ms(lambda: torch_wrs.alias_sample(table, s, dtype=torch.int32, generator=gen))
+        r["multinomial"] = (cuda_ms(lambda: torch.multinomial(w, s, replacement=True, generator=gen), warmup=1, reps=3)
+                            if n <= 1 << 24 else None)
+        cdf = torch.cumsum(w, 0, dtype=torch.float64)
+
+        def searchsorted():
+            u = torch.rand(s, device="cuda", dtype=torch.float64, generator=gen) * cdf[-1]
+            return torch.searchsorted(cdf, u)
+
+        r["searchsorted"] = cuda_ms(searchsorted, warmup=1, reps=3)
+        r["cupy"] = None
+        if cupy is not None and n <= 10**6:
+            p = cupy.asarray((w.double() / w.double().sum()).cpu().numpy())
+            rs = cupy.random.RandomState(0)
+            r["cupy"] = cuda_ms(lambda: rs.choice(n, s, p=p), warmup=1, reps=3)
+        buf = torch.empty(s, dtype=torch.int64, device="cuda")
+        r["random_"] = cuda_ms(lambda: buf.random_(generator=gen))
+        r["floor"] = 8 * s / bw * 1e3
+        rows.append(r)
+        del w, table, cdf, buf
+        torch.cuda.empty_cache()
+
+    def col(ms):
+        return "n/a" if ms is None else f"{_gsps(s, ms):.1f}"
+
+    print(f"\nalias_sample, ordered, {s:,} samples, on {torch.cuda.get_device_name()} "
+          f"(G samples/s; shuffled 1/i weights; copy bandwidth {bw / 1e12:.2f} TB/s)")
+    print("| N | ours int64 | ours int32 | torch.multinomial | cumsum+searchsorted | cupy choice | "
+          "torch random_ int64 (RNG ceiling) | int64 write floor | ours / multinomial |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        ratio = "n/a" if r["multinomial"] is None else f"{r['multinomial'] / r['ours']:.1f}x"
+        print(f"| {r['n']:,} | {col(r['ours'])} | {col(r['ours_i32'])} | {col(r['multinomial'])} | "
+              f"{col(r['searchsorted'])} | {col(r['cupy'])} | {col(r['random_'])} | {col(r['floor'])} | {ratio} |")
+
+
 def profile_build(n):
     for kind in ("uniform", "power_law"):
         _profile_build(n, kind)
@@ -111,7 +167,8 @@ def cpu_scaling(n):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["construction"])
+    parser.add_argument("what", choices=["construction", "sampling"])
+    parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling`")
     parser.add_argument("--cpu-scaling", type=int, default=0, metavar="N",
                         help="also time the CPU build at N items on 1 thread and on all threads")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
@@ -119,7 +176,7 @@ def main():
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_wrs.benchmark needs a CUDA device")
-    {"construction": construction}[args.what](args)
+    {"construction": construction, "sampling": sampling}[args.what](args)
 
 
 if __name__ == "__main__":

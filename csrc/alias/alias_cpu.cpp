@@ -194,28 +194,38 @@ at::Tensor alias_table_cpu(const at::Tensor& weights, bool validate) {
   return table;
 }
 
-at::Tensor alias_sample_cpu(const at::Tensor& table_in, int64_t num_samples,
-                            std::optional<at::Generator> generator) {
-  check_table(table_in);
-  check_num_samples(num_samples);
-  const at::Tensor table = table_in.contiguous();
-  at::Tensor out = at::empty(sample_shape(table, num_samples), table.options());
-  const int64_t total = out.numel();
-  if (total == 0) return out;
-  const PhiloxSeed seed = cpu_philox_seed(generator);
-  const int64_t n = table.size(-1);
-  const int64_t* t = table.const_data_ptr<int64_t>();
-  int64_t* o = out.mutable_data_ptr<int64_t>();
-  // One Philox block (128 bits) serves two samples.
+template <typename out_t>
+void sample_rows(const int64_t* t, int64_t n, int64_t num_samples, int64_t total, const PhiloxSeed& seed,
+                 out_t* o) {
+  // One Philox block (128 bits) serves two samples; sample e uses block e / 2.
   at::parallel_for(0, (total + 1) / 2, 4096, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const auto r = philox_block(seed, static_cast<uint64_t>(p));
       for (int64_t k = 0; k < 2 && 2 * p + k < total; ++k) {
         const int64_t e = 2 * p + k;
-        o[e] = sample_bucket(t + (e / num_samples) * n, n, r[2 * k], r[2 * k + 1]);
+        o[e] = static_cast<out_t>(sample_bucket(t + (e / num_samples) * n, n, r[2 * k], r[2 * k + 1]));
       }
     }
   });
+}
+
+at::Tensor alias_sample_cpu(const at::Tensor& table_in, int64_t num_samples, std::optional<at::ScalarType> dtype,
+                            std::optional<at::Generator> generator) {
+  check_table(table_in);
+  check_num_samples(num_samples);
+  const at::ScalarType out_type = sample_dtype(dtype);
+  const at::Tensor table = table_in.contiguous();
+  at::Tensor out = at::empty(sample_shape(table, num_samples), table.options().dtype(out_type));
+  const int64_t total = out.numel();
+  if (total == 0) return out;
+  const PhiloxSeed seed = cpu_philox_seed(generator);
+  const int64_t n = table.size(-1);
+  const int64_t* t = table.const_data_ptr<int64_t>();
+  if (out_type == at::kLong) {
+    sample_rows(t, n, num_samples, total, seed, out.mutable_data_ptr<int64_t>());
+  } else {
+    sample_rows(t, n, num_samples, total, seed, out.mutable_data_ptr<int32_t>());
+  }
   return out;
 }
 

@@ -445,36 +445,64 @@ at::Tensor alias_table_cuda(const at::Tensor& weights, bool validate) {
   return table;
 }
 
-__global__ void sample_kernel(const int64_t* table, int64_t n, int64_t num_samples, int64_t total,
-                              at::PhiloxCudaState philox, int64_t* out) {
+// Pairs of output values, stored in one 16-byte (int64) or 8-byte (int32) access.
+template <typename out_t> struct PairOf;
+template <> struct PairOf<int64_t> { using type = longlong2; };
+template <> struct PairOf<int32_t> { using type = int2; };
+
+// Baseline sampling: sample e uses half of Philox block e / 2, so one block serves two
+// samples and the output depends only on (seed, offset), not on the grid. kOneRow skips
+// the 64-bit division that finds a sample's row in a batch.
+template <typename out_t, bool kOneRow>
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const int64_t* table, int64_t n, int64_t num_samples, int64_t total,
+                  at::PhiloxCudaState philox, out_t* out) {
+  const PhiloxSeed seed = philox_seed(philox);
   const int64_t pairs = (total + 1) / 2;
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    auto rng = philox_stream(philox, static_cast<uint64_t>(p));
-    const uint4 r = curand4(&rng);
+    const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p));
     const int64_t e = 2 * p;
-    out[e] = sample_bucket(table + (e / num_samples) * n, n, r.x, r.y);
+    const int64_t* first = kOneRow ? table : table + (e / num_samples) * n;
+    const out_t a = static_cast<out_t>(sample_bucket(first, n, r.x, r.y));
     if (e + 1 < total) {
-      out[e + 1] = sample_bucket(table + ((e + 1) / num_samples) * n, n, r.z, r.w);
+      const int64_t* second = kOneRow ? table : table + ((e + 1) / num_samples) * n;
+      const out_t b = static_cast<out_t>(sample_bucket(second, n, r.z, r.w));
+      reinterpret_cast<typename PairOf<out_t>::type*>(out)[p] = {a, b};
+    } else {
+      out[e] = a;
     }
   }
 }
 
 at::Tensor alias_sample_cuda(const at::Tensor& table_in, int64_t num_samples,
-                             std::optional<at::Generator> generator) {
+                             std::optional<at::ScalarType> dtype, std::optional<at::Generator> generator) {
   check_table(table_in);
   check_num_samples(num_samples);
+  const at::ScalarType out_type = sample_dtype(dtype);
   const c10::cuda::CUDAGuard guard(table_in.device());
   const at::Tensor table = table_in.contiguous();
-  at::Tensor out = at::empty(sample_shape(table, num_samples), table.options());
+  at::Tensor out = at::empty(sample_shape(table, num_samples), table.options().dtype(out_type));
   const int64_t total = out.numel();
   if (total == 0) return out;
   // Each pair of samples reads one Philox block of its own subsequence: 4 draws.
   const auto philox = cuda_philox_state(generator, table.device().index(), 4);
   const int64_t pairs = (total + 1) / 2;
-  sample_kernel<<<grid_for(pairs, kThreads), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      table.const_data_ptr<int64_t>(), table.size(-1), num_samples, total, philox,
-      out.mutable_data_ptr<int64_t>());
+  const int64_t n = table.size(-1);
+  const bool one_row = total == num_samples;
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  auto launch = [&](auto* out_ptr, auto one_row_tag) {
+    using out_t = std::remove_pointer_t<decltype(out_ptr)>;
+    sample_kernel<out_t, decltype(one_row_tag)::value><<<grid_for(pairs, kThreads), kThreads, 0, stream>>>(
+        table.const_data_ptr<int64_t>(), n, num_samples, total, philox, out_ptr);
+  };
+  if (out_type == at::kLong) {
+    int64_t* o = out.mutable_data_ptr<int64_t>();
+    one_row ? launch(o, std::true_type{}) : launch(o, std::false_type{});
+  } else {
+    int32_t* o = out.mutable_data_ptr<int32_t>();
+    one_row ? launch(o, std::true_type{}) : launch(o, std::false_type{});
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

@@ -30,6 +30,12 @@ inline void check_num_samples(int64_t num_samples) {
               num_samples);
 }
 
+inline at::ScalarType sample_dtype(std::optional<at::ScalarType> dtype) {
+  const at::ScalarType t = dtype.value_or(at::kLong);
+  TORCH_CHECK(t == at::kLong || t == at::kInt, "alias_sample: dtype must be torch.int64 or torch.int32, got ", t);
+  return t;
+}
+
 inline std::vector<int64_t> sample_shape(const at::Tensor& table, int64_t num_samples) {
   auto shape = table.sizes().vec();
   shape.back() = num_samples;

@@ -2,6 +2,8 @@
 // CUDA side of csrc/common/philox.h: torch's CUDA generator hands out (seed, offset)
 // through philox_cuda_state, which also works under CUDA-graph capture (the offset is
 // then read from device memory at replay), and cuRAND's Philox produces the numbers.
+#include "common/philox.h"
+
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/PhiloxUtils.cuh>
 #include <curand_kernel.h>
@@ -23,12 +25,18 @@ inline at::PhiloxCudaState cuda_philox_state(const std::optional<at::Generator>&
   return gen->philox_cuda_state(increment);
 }
 
-__device__ inline curandStatePhilox4_32_10_t philox_stream(const at::PhiloxCudaState& state,
-                                                          uint64_t subsequence) {
+// The call's (seed, offset); under graph capture the offset is read at replay. Once per thread.
+__device__ inline PhiloxSeed philox_seed(const at::PhiloxCudaState& state) {
   const auto seeds = at::cuda::philox::unpack(state);
+  return PhiloxSeed{std::get<0>(seeds), std::get<1>(seeds)};
+}
+
+// The four 32-bit draws of Philox block `subsequence` of the call's stream (CUDA side of
+// philox_block in philox.h, with the same counter layout).
+__device__ inline uint4 philox_block_cuda(const PhiloxSeed& s, uint64_t subsequence) {
   curandStatePhilox4_32_10_t rng;
-  curand_init(std::get<0>(seeds), subsequence, std::get<1>(seeds), &rng);
-  return rng;
+  curand_init(s.seed, subsequence, s.offset, &rng);
+  return curand4(&rng);
 }
 
 }  // namespace wrs
