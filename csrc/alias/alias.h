@@ -254,15 +254,28 @@ C10_HOST_DEVICE inline Leftover leftover_heavy(int64_t r, const GreedyStop& stop
 // ---- sampling -------------------------------------------------------------------------
 
 // One sample from 64 random bits: the high 64 bits of r * N pick the bucket without
-// bias, the next 32 bits are the coin.
+// bias, the next 32 bits are the coin. Split in two so a kernel can issue the table
+// loads of several samples before it uses any.
+struct BucketDraw {
+  uint64_t bucket;
+  uint32_t coin;
+};
+
+C10_HOST_DEVICE inline BucketDraw draw_bucket(uint64_t n, uint32_t r_lo, uint32_t r_hi) {
+  const uint64_t r = (static_cast<uint64_t>(r_hi) << 32) | r_lo;
+  return BucketDraw{mul_hi64(r, n), static_cast<uint32_t>((r * n) >> 32)};
+}
+
+C10_HOST_DEVICE inline int64_t pick(const BucketDraw& d, int64_t row) {
+  const uint64_t bits = static_cast<uint64_t>(row);
+  return d.coin < static_cast<uint32_t>(bits) ? static_cast<int64_t>(d.bucket)
+                                              : static_cast<int64_t>(bits >> 32);
+}
+
 C10_HOST_DEVICE inline int64_t sample_bucket(const int64_t* table, uint64_t n, uint32_t r_lo,
                                              uint32_t r_hi) {
-  const uint64_t r = (static_cast<uint64_t>(r_hi) << 32) | r_lo;
-  const uint64_t bucket = mul_hi64(r, n);
-  const uint32_t coin = static_cast<uint32_t>((r * n) >> 32);
-  const uint64_t row = static_cast<uint64_t>(table[bucket]);
-  return coin < static_cast<uint32_t>(row) ? static_cast<int64_t>(bucket)
-                                           : static_cast<int64_t>(row >> 32);
+  const BucketDraw d = draw_bucket(n, r_lo, r_hi);
+  return pick(d, table[d.bucket]);
 }
 
 }  // namespace wrs::alias

@@ -451,26 +451,44 @@ template <> struct PairOf<int64_t> { using type = longlong2; };
 template <> struct PairOf<int32_t> { using type = int2; };
 
 // Baseline sampling: sample e uses half of Philox block e / 2, so one block serves two
-// samples and the output depends only on (seed, offset), not on the grid. kOneRow skips
-// the 64-bit division that finds a sample's row in a batch.
+// samples and the output depends only on (seed, offset), not on the grid. Each thread
+// takes kPairs consecutive pairs per step and issues all their table loads before using
+// any (the loads are random gathers: latency, not bandwidth, is what limits). kOneRow
+// skips the 64-bit division that finds a sample's row in a batch.
+constexpr int kPairs = 4;
+
 template <typename out_t, bool kOneRow>
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const int64_t* table, int64_t n, int64_t num_samples, int64_t total,
                   at::PhiloxCudaState philox, out_t* out) {
   const PhiloxSeed seed = philox_seed(philox);
   const int64_t pairs = (total + 1) / 2;
-  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
-       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p));
-    const int64_t e = 2 * p;
-    const int64_t* first = kOneRow ? table : table + (e / num_samples) * n;
-    const out_t a = static_cast<out_t>(sample_bucket(first, n, r.x, r.y));
-    if (e + 1 < total) {
-      const int64_t* second = kOneRow ? table : table + ((e + 1) / num_samples) * n;
-      const out_t b = static_cast<out_t>(sample_bucket(second, n, r.z, r.w));
-      reinterpret_cast<typename PairOf<out_t>::type*>(out)[p] = {a, b};
-    } else {
-      out[e] = a;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kPairs;
+  for (int64_t p0 = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kPairs; p0 < pairs;
+       p0 += stride) {
+    BucketDraw draw[2 * kPairs];
+    int64_t row[2 * kPairs];
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p0 + k));
+      draw[2 * k] = draw_bucket(n, r.x, r.y);
+      draw[2 * k + 1] = draw_bucket(n, r.z, r.w);
+    }
+#pragma unroll
+    for (int k = 0; k < 2 * kPairs; ++k) {
+      const int64_t e = 2 * p0 + k;
+      const int64_t* t = kOneRow ? table : table + (e / num_samples) * n;
+      row[k] = e < total ? t[draw[k].bucket] : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const int64_t e = 2 * (p0 + k);
+      if (e + 1 < total) {
+        reinterpret_cast<typename PairOf<out_t>::type*>(out)[p0 + k] = {
+            static_cast<out_t>(pick(draw[2 * k], row[2 * k])), static_cast<out_t>(pick(draw[2 * k + 1], row[2 * k + 1]))};
+      } else if (e < total) {
+        out[e] = static_cast<out_t>(pick(draw[2 * k], row[2 * k]));
+      }
     }
   }
 }
@@ -493,7 +511,7 @@ at::Tensor alias_sample_cuda(const at::Tensor& table_in, int64_t num_samples,
   const auto stream = at::cuda::getCurrentCUDAStream();
   auto launch = [&](auto* out_ptr, auto one_row_tag) {
     using out_t = std::remove_pointer_t<decltype(out_ptr)>;
-    sample_kernel<out_t, decltype(one_row_tag)::value><<<grid_for(pairs, kThreads), kThreads, 0, stream>>>(
+    sample_kernel<out_t, decltype(one_row_tag)::value><<<grid_for(ceil_div(pairs, kPairs), kThreads), kThreads, 0, stream>>>(
         table.const_data_ptr<int64_t>(), n, num_samples, total, philox, out_ptr);
   };
   if (out_type == at::kLong) {
