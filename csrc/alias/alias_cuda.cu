@@ -452,42 +452,43 @@ template <> struct PairOf<int32_t> { using type = int2; };
 
 // Baseline sampling: sample e uses half of Philox block e / 2, so one block serves two
 // samples and the output depends only on (seed, offset), not on the grid. Each thread
-// takes kPairs consecutive pairs per step and issues all their table loads before using
+// takes kPairs pairs per step and issues all their table loads before using
 // any (the loads are random gathers: latency, not bandwidth, is what limits). kOneRow
 // skips the 64-bit division that finds a sample's row in a batch.
 constexpr int kPairs = 4;
 
 template <typename out_t, bool kOneRow>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)  // registers <= 64: 4 blocks per SM
     sample_kernel(const int64_t* table, int64_t n, int64_t num_samples, int64_t total,
                   at::PhiloxCudaState philox, out_t* out) {
   const PhiloxSeed seed = philox_seed(philox);
   const int64_t pairs = (total + 1) / 2;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kPairs;
-  for (int64_t p0 = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kPairs; p0 < pairs;
-       p0 += stride) {
+  // A step covers pairs p0 + k * threads: each store instruction stays coalesced.
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p0 < pairs;
+       p0 += threads * kPairs) {
     BucketDraw draw[2 * kPairs];
     int64_t row[2 * kPairs];
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
-      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p0 + k));
+      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p0 + k * threads));
       draw[2 * k] = draw_bucket(n, r.x, r.y);
       draw[2 * k + 1] = draw_bucket(n, r.z, r.w);
     }
 #pragma unroll
     for (int k = 0; k < 2 * kPairs; ++k) {
-      const int64_t e = 2 * p0 + k;
+      const int64_t e = 2 * (p0 + (k / 2) * threads) + (k % 2);
       const int64_t* t = kOneRow ? table : table + (e / num_samples) * n;
       row[k] = e < total ? t[draw[k].bucket] : 0;
     }
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
-      const int64_t e = 2 * (p0 + k);
-      if (e + 1 < total) {
-        reinterpret_cast<typename PairOf<out_t>::type*>(out)[p0 + k] = {
+      const int64_t p = p0 + k * threads;
+      if (2 * p + 1 < total) {
+        reinterpret_cast<typename PairOf<out_t>::type*>(out)[p] = {
             static_cast<out_t>(pick(draw[2 * k], row[2 * k])), static_cast<out_t>(pick(draw[2 * k + 1], row[2 * k + 1]))};
-      } else if (e < total) {
-        out[e] = static_cast<out_t>(pick(draw[2 * k], row[2 * k]));
+      } else if (2 * p < total) {
+        out[2 * p] = static_cast<out_t>(pick(draw[2 * k], row[2 * k]));
       }
     }
   }
