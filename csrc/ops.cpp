@@ -11,4 +11,10 @@ TORCH_LIBRARY(wrs, m) {
   m.def("alias_sample(Tensor table, SymInt num_samples, *, ScalarType? dtype=None, "
         "Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
+
+  // torch.multinomial's contract (1-D or 2-D input, int64 [..., num_samples]) without its
+  // 2^24-category limit; float64 sums.
+  m.def("multinomial(Tensor input, SymInt num_samples, bool replacement=False, *, "
+        "Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
 }

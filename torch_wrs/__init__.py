@@ -1,6 +1,7 @@
 """torch_wrs: weighted random sampling and gamma variates for PyTorch (torch.ops.wrs)."""
 from . import _library
 from .alias import AliasTable, alias_probs, alias_sample, alias_table
+from .multinomial import multinomial
 
-__all__ = ["AliasTable", "alias_probs", "alias_sample", "alias_table"]
+__all__ = ["AliasTable", "alias_probs", "alias_sample", "alias_table", "multinomial"]
 __version__ = "0.1.0"

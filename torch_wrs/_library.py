@@ -29,3 +29,9 @@ def _alias_table_fake(weights, *, validate=True):
 def _alias_sample_fake(table, num_samples, *, dtype=None, generator=None):
     torch._check(table.dim() >= 1, lambda: "alias_sample: table must have at least one dimension")
     return table.new_empty((*table.shape[:-1], num_samples), dtype=torch.int64 if dtype is None else dtype)
+
+
+@torch.library.register_fake("wrs::multinomial")
+def _multinomial_fake(input, num_samples, replacement=False, *, generator=None):
+    torch._check(input.dim() in (1, 2), lambda: "multinomial: input (prob_dist) must be 1 or 2 dim")
+    return input.new_empty((*input.shape[:-1], num_samples), dtype=torch.int64)

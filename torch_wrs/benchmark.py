@@ -2,6 +2,7 @@
 
     python -m torch_wrs.benchmark construction   # alias-table build vs torch.cumsum(float64)
     python -m torch_wrs.benchmark sampling       # alias sampling vs torch.multinomial and others
+    python -m torch_wrs.benchmark multinomial    # torch_wrs.multinomial vs torch.multinomial, batched
 
 Each table row prints our time, what a user would run otherwise, their ratio, and the
 memory-traffic floor at this device's measured copy bandwidth.
@@ -128,6 +129,23 @@ def sampling(args):
               f"{col(r['searchsorted'])} | {col(r['cupy'])} | {col(r['random_'])} | {col(r['floor'])} | {ratio} |")
 
 
+def multinomial_cases(args):
+    """torch_wrs.multinomial vs torch.multinomial on batched shapes (ms, medians)."""
+    gen = torch.Generator("cuda").manual_seed(0)
+    cases = [((65_536, 1_000), 1, True), ((1_048_576, 100), 1, True), ((65_536, 1_000), 8, True),
+             ((65_536, 1_000), 8, False), ((4_096, 100_000), 32, False)]
+    print(f"\nmultinomial on {torch.cuda.get_device_name()} (ms; uniform random weights)")
+    print("| input | samples per row | replacement | ours ms | torch.multinomial ms | torch / ours |")
+    print("| --- | ---: | --- | ---: | ---: | ---: |")
+    for shape, k, replacement in cases:
+        w = torch.rand(shape, generator=gen, device="cuda") + 1e-3
+        ours = cuda_ms(lambda: torch_wrs.multinomial(w, k, replacement, generator=gen))
+        theirs = cuda_ms(lambda: torch.multinomial(w, k, replacement, generator=gen))
+        print(f"| {shape[0]:,} x {shape[1]:,} | {k} | {replacement} | {ours:.3f} | {theirs:.3f} | {theirs / ours:.2f}x |")
+        del w
+        torch.cuda.empty_cache()
+
+
 def profile_build(n):
     for kind in ("uniform", "power_law"):
         _profile_build(n, kind)
@@ -167,7 +185,7 @@ def cpu_scaling(n):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["construction", "sampling"])
+    parser.add_argument("what", choices=["construction", "sampling", "multinomial"])
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling`")
     parser.add_argument("--cpu-scaling", type=int, default=0, metavar="N",
                         help="also time the CPU build at N items on 1 thread and on all threads")
@@ -176,7 +194,7 @@ def main():
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_wrs.benchmark needs a CUDA device")
-    {"construction": construction, "sampling": sampling}[args.what](args)
+    {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases}[args.what](args)
 
 
 if __name__ == "__main__":

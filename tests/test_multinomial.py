@@ -1,0 +1,131 @@
+"""torch_wrs.multinomial against torch.multinomial's contract: shapes, errors, and the
+law of the samples (G-tests with fixed seeds; 1e8 draws on the GPU)."""
+import itertools
+
+import pytest
+import scipy.stats
+import torch
+
+import torch_wrs
+from conftest import requires_cuda
+from helpers import g_test_pvalue
+
+P_MIN = 1e-4
+
+
+@pytest.mark.parametrize("shape,n,replacement", [((7,), 3, False), ((7,), 20, True), ((5, 9), 4, False), ((5, 9), 11, True)])
+def test_shapes(device, shape, n, replacement):
+    w = torch.rand(shape, device=device) + 0.1
+    s = torch_wrs.multinomial(w, n, replacement)
+    assert s.shape == (*shape[:-1], n) and s.dtype == torch.int64 and s.device == w.device
+    assert s.min() >= 0 and s.max() < shape[-1]
+
+
+@pytest.mark.parametrize("make,n,replacement,message", [
+    (lambda d: torch.rand(3, 4, device=d), 0, True, "cannot sample num_samples <= 0"),
+    (lambda d: torch.rand(3, 4, device=d), 5, False, "cannot sample num_samples \\(5\\) > input.size\\(-1\\) \\(4\\)"),
+    (lambda d: torch.tensor([1.0, -1.0], device=d), 1, True, "inf, nan or element < 0"),
+    (lambda d: torch.tensor([1.0, float("nan")], device=d), 1, True, "inf, nan or element < 0"),
+    (lambda d: torch.tensor([1.0, float("inf")], device=d), 1, False, "inf, nan or element < 0"),
+    (lambda d: torch.tensor([[1.0, 1.0], [0.0, 0.0]], device=d), 1, True, "sum of probabilities <= 0"),
+    (lambda d: torch.tensor([[1.0, 0.0, 0.0], [1.0, 2.0, 0.0]], device=d), 2, False, "not enough non-zero categories"),
+    (lambda d: torch.ones(2, 2, 2, device=d), 1, True, "must be 1 or 2 dim"),
+    (lambda d: torch.ones(3, dtype=torch.int64, device=d), 1, True, "must be a floating-point tensor"),
+])
+def test_errors(device, make, n, replacement, message):
+    with pytest.raises(RuntimeError, match=message):
+        torch_wrs.multinomial(make(device), n, replacement)
+
+
+def test_empty_batch(device):
+    assert torch_wrs.multinomial(torch.rand(0, 5, device=device), 3).shape == (0, 3)
+
+
+def test_with_replacement_law_cpu():
+    g = torch.Generator().manual_seed(1)
+    w = torch.rand(4, 300, generator=g) ** 2
+    w[1, ::3] = 0
+    s = torch_wrs.multinomial(w, 250_000, True, generator=torch.Generator().manual_seed(2))
+    for r in range(4):
+        assert g_test_pvalue(torch.bincount(s[r], minlength=300), w[r]) > P_MIN
+
+
+def _pair_law(w):
+    p = w / w.sum()
+    cells = [(i, j) for i, j in itertools.product(range(len(w)), repeat=2) if i != j]
+    probs = torch.tensor([float(p[i] * p[j] / (1 - p[i])) for i, j in cells], dtype=torch.float64)
+    return cells, probs
+
+
+def _pair_counts(s, n):
+    codes = (s[:, 0] * n + s[:, 1]).cpu()
+    return torch.bincount(codes, minlength=n * n)
+
+
+@pytest.mark.parametrize("rows", [400_000])
+def test_without_replacement_law_of_ordered_pairs(device, rows):
+    """Draw 2 of 4 without replacement in each of many identical rows: the ordered pair
+    (i, j) must have probability p_i p_j / (1 - p_i)."""
+    w = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    s = torch_wrs.multinomial(w.to(device).expand(rows, 4), 2, False, generator=torch.Generator(device).manual_seed(3))
+    assert (s[:, 0] != s[:, 1]).all()
+    cells, probs = _pair_law(w)
+    counts = _pair_counts(s, 4)
+    observed = torch.tensor([int(counts[i * 4 + j]) for i, j in cells])
+    assert g_test_pvalue(observed, probs) > P_MIN
+
+
+def test_without_replacement_takes_all_nonzero(device):
+    w = torch.tensor([[0.0, 3.0, 0.0, 1.0, 2.0]] * 50, device=device)
+    s = torch_wrs.multinomial(w, 3, False)
+    assert (s.sort(-1).values == torch.tensor([1, 3, 4], device=device)).all()
+
+
+def test_matches_torch_multinomial_in_law(device):
+    """Homogeneity test between our draws and torch.multinomial's on the same weights."""
+    g = torch.Generator().manual_seed(5)
+    w = (torch.rand(50, generator=g) ** 3).to(device)
+    ours = torch.bincount(torch_wrs.multinomial(w, 500_000, True, generator=torch.Generator(device).manual_seed(6)), minlength=50)
+    theirs = torch.bincount(torch.multinomial(w, 500_000, True, generator=torch.Generator(device).manual_seed(7)), minlength=50)
+    keep = (ours + theirs) > 0
+    table = torch.stack([ours[keep], theirs[keep]]).cpu().numpy()
+    assert scipy.stats.chi2_contingency(table).pvalue > P_MIN
+
+
+def test_generator_reproduces(device):
+    w = torch.rand(6, 40, device=device)
+    for replacement in (True, False):
+        a = torch_wrs.multinomial(w, 5, replacement, generator=torch.Generator(device).manual_seed(8))
+        b = torch_wrs.multinomial(w, 5, replacement, generator=torch.Generator(device).manual_seed(8))
+        assert torch.equal(a, b)
+
+
+def test_more_than_2_pow_24_categories(device):
+    w = torch.zeros((1 << 24) + 5, device=device)
+    w[-3:] = torch.tensor([1.0, 0.0, 3.0], device=device)
+    s = torch_wrs.multinomial(w, 10_000, True, generator=torch.Generator(device).manual_seed(9))
+    assert set(s.unique().tolist()) == {(1 << 24) + 2, (1 << 24) + 4}
+
+
+def test_opcheck_and_compile(device):
+    w = torch.rand(3, 20, device=device)
+    for replacement in (True, False):
+        torch.library.opcheck(torch.ops.wrs.multinomial.default, (w, 4, replacement), {"generator": None},
+                              test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    compiled = torch.compile(lambda x: torch.ops.wrs.multinomial(x, 4, False) + 0, fullgraph=True)
+    s = compiled(w)
+    assert s.shape == (3, 4) and all(len(set(r)) == 4 for r in s.tolist())
+
+
+@requires_cuda
+def test_gpu_law_1e8_with_and_without_replacement():
+    g = torch.Generator().manual_seed(10)
+    w = torch.rand(10, 1000, generator=g, dtype=torch.float64) ** 2
+    s = torch_wrs.multinomial(w.cuda(), 10_000_000, True, generator=torch.Generator("cuda").manual_seed(11))
+    for r in range(10):
+        assert g_test_pvalue(torch.bincount(s[r], minlength=1000), w[r]) > P_MIN
+    pairs = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    s2 = torch_wrs.multinomial(pairs.cuda().expand(50_000_000, 4), 2, False, generator=torch.Generator("cuda").manual_seed(12))
+    cells, probs = _pair_law(pairs)
+    counts = _pair_counts(s2, 4)
+    assert g_test_pvalue(torch.tensor([int(counts[i * 4 + j]) for i, j in cells]), probs) > P_MIN
