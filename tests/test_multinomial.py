@@ -129,3 +129,38 @@ def test_gpu_law_1e8_with_and_without_replacement():
     cells, probs = _pair_law(pairs)
     counts = _pair_counts(s2, 4)
     assert g_test_pvalue(torch.tensor([int(counts[i * 4 + j]) for i, j in cells]), probs) > P_MIN
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_every_float_dtype(device, dtype):
+    w = torch.tensor([[0.0, 1.0, 0.0, 3.0, 2.0]] * 64, device=device, dtype=dtype)
+    for replacement in (True, False):
+        s = torch_wrs.multinomial(w, 3, replacement)
+        assert s.shape == (64, 3) and not (s == 0).any() and not (s == 2).any()
+
+
+@requires_cuda
+def test_gpu_one_pass_law_1e8():
+    """Short rows with few samples each take the one-pass kernel: 1e8 draws from one law
+    spread over 2e6 rows of 50 samples, and four laws interleaved across rows."""
+    g = torch.Generator().manual_seed(20)
+    w = torch.rand(100, generator=g, dtype=torch.float64) ** 2
+    w[::7] = 0
+    s = torch_wrs.multinomial(w.float().cuda().expand(2_000_000, 100), 50, True,
+                              generator=torch.Generator("cuda").manual_seed(21))
+    assert g_test_pvalue(torch.bincount(s.reshape(-1), minlength=100), w.float().double()) > P_MIN
+    laws = torch.rand(4, 300, generator=g) ** 3
+    rows = laws[torch.arange(400_000) % 4]
+    s = torch_wrs.multinomial(rows.cuda(), 64, True, generator=torch.Generator("cuda").manual_seed(22))
+    for law in range(4):
+        counts = torch.bincount(s[law::4].reshape(-1), minlength=300)
+        assert g_test_pvalue(counts, laws[law]) > P_MIN
+
+
+@requires_cuda
+def test_gpu_capture_is_refused_with_a_clear_error():
+    w = torch.rand(8, 10, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="CUDA-graph capture forbids"):
+        with torch.cuda.graph(graph):
+            torch_wrs.multinomial(w, 2, True)

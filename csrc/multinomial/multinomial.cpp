@@ -6,15 +6,32 @@
 //
 // Unlike torch: no 2^24-category limit, and sums in float64. Values are checked with
 // one device-to-host read, as torch's own checks do.
-#include "common/checks.h"
+#include "multinomial/multinomial.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 namespace wrs::multinomial {
-namespace {
 
-constexpr const char* kOp = "multinomial";
+void check_shape(const at::Tensor& input, int64_t num_samples, bool replacement) {
+  TORCH_CHECK(input.dim() == 1 || input.dim() == 2, kOp, ": input (prob_dist) must be 1 or 2 dim, got ",
+              input.dim());
+  check_floating(input, kOp, "input");
+  TORCH_CHECK(num_samples > 0, kOp, ": cannot sample num_samples <= 0 samples, got ", num_samples);
+  const int64_t categories = input.size(-1);
+  TORCH_CHECK(categories > 0, kOp, ": input has no categories (last dimension is 0)");
+  TORCH_CHECK(replacement || num_samples <= categories, kOp, ": cannot sample num_samples (", num_samples,
+              ") > input.size(-1) (", categories, ") samples without replacement");
+}
+
+void raise_value_flags(uint32_t flags) {
+  TORCH_CHECK(!(flags & (kWeightNegative | kWeightNaN | kWeightInf)), kOp,
+              ": input (probability tensor) contains either inf, nan or element < 0");
+  TORCH_CHECK(!(flags & (kRowZeroSum | kRowSumOverflow)), kOp,
+              ": invalid multinomial distribution (sum of probabilities <= 0)");
+}
+
+namespace {
 
 void check_values(const at::Tensor& w, int64_t num_samples, bool replacement) {
   // One read back for every check: [negative, nan, inf, zero-sum row, too few nonzero].
@@ -25,22 +42,16 @@ void check_values(const at::Tensor& w, int64_t num_samples, bool replacement) {
                                                   : (nonzero < num_samples).any()})
                                .cpu();
   const bool* f = found.const_data_ptr<bool>();
-  TORCH_CHECK(!f[0] && !f[1] && !f[2], kOp, ": input (probability tensor) contains either inf, nan or element < 0");
-  TORCH_CHECK(!f[3], kOp, ": invalid multinomial distribution (sum of probabilities <= 0)");
+  raise_value_flags((f[0] || f[1] || f[2] ? kWeightNegative : 0u) | (f[3] ? kRowZeroSum : 0u));
   TORCH_CHECK(!f[4], kOp, ": invalid multinomial distribution (with replacement=False, not enough non-zero "
               "categories to sample ", num_samples, ")");
 }
 
-at::Tensor multinomial(const at::Tensor& input, int64_t num_samples, bool replacement,
-                       std::optional<at::Generator> generator) {
-  TORCH_CHECK(input.dim() == 1 || input.dim() == 2, kOp, ": input (prob_dist) must be 1 or 2 dim, got ",
-              input.dim());
-  check_floating(input, kOp, "input");
-  TORCH_CHECK(num_samples > 0, kOp, ": cannot sample num_samples <= 0 samples, got ", num_samples);
-  const int64_t categories = input.size(-1);
-  TORCH_CHECK(categories > 0, kOp, ": input has no categories (last dimension is 0)");
-  TORCH_CHECK(replacement || num_samples <= categories, kOp, ": cannot sample num_samples (", num_samples,
-              ") > input.size(-1) (", categories, ") samples without replacement");
+}  // namespace
+
+at::Tensor multinomial_composite(const at::Tensor& input, int64_t num_samples, bool replacement,
+                                 std::optional<at::Generator> generator) {
+  check_shape(input, num_samples, replacement);
   auto out_shape = input.sizes().vec();
   out_shape.back() = num_samples;
   if (input.numel() == 0) return at::empty(out_shape, input.options().dtype(at::kLong));
@@ -62,10 +73,8 @@ at::Tensor multinomial(const at::Tensor& input, int64_t num_samples, bool replac
   return std::get<1>(keys.topk(num_samples, -1, /*largest=*/true, /*sorted=*/true));
 }
 
-}  // namespace
-
 TORCH_LIBRARY_IMPL(wrs, CompositeExplicitAutograd, m) {
-  m.impl("multinomial", &multinomial);
+  m.impl("multinomial", &multinomial_composite);
 }
 
 }  // namespace wrs::multinomial
