@@ -19,7 +19,7 @@ def multinomial(
     samples alias tables; without, it keeps the ``num_samples`` largest ``w / E`` with
     ``E ~ Exp(1)``, in decreasing order (the order sequential draws would give).
 
-    Speed today: 5-8x torch for many samples from one distribution; slower than torch on
-    batched rows with few samples each (see docs/benchmarks.md).
+    Speed on an H200 (docs/benchmarks.md): with replacement 1.6-8x torch; without
+    replacement still 2.5-3x slower than torch.
     """
     return torch.ops.wrs.multinomial(input, num_samples, replacement, generator=generator)
