@@ -16,7 +16,6 @@ if not _candidates:
         "`pip install --no-build-isolation -e .`"
     )
 torch.ops.load_library(_candidates[0])
-HAS_CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("wrs::alias_table", "CUDA")
 
 
 @torch.library.register_fake("wrs::alias_table")
