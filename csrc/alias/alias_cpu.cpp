@@ -100,8 +100,7 @@ void build_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table) {
       sum += chunk_sum[c];
       flags |= chunk_flags[c];
     }
-    if (sum == 0) flags |= kRowZeroSum;
-    if (!std::isfinite(sum)) flags |= kRowSumOverflow;
+    flags = row_flags(sum, flags);
     scale[b] = row_scale(sum, n);
   }
   raise_weight_flags(flags, "alias_table", "weights");  // before anything is written

@@ -85,13 +85,6 @@ struct MulBy {
   __host__ __device__ int64_t operator()(int64_t x) const { return x * k; }
 };
 
-__device__ inline uint32_t row_flags(const RowSum& s) {
-  uint32_t flags = s.flags;
-  if (s.sum == 0) flags |= kRowZeroSum;
-  if (!isfinite(s.sum)) flags |= kRowSumOverflow;
-  return flags;
-}
-
 // Tile `tile` of a [rows, n] array cut into tiles of `size` items that never cross rows.
 struct TileOf {
   int64_t row, first, count;  // row, first item (row-local), items in the tile
@@ -174,7 +167,7 @@ __global__ void __launch_bounds__(THREADS)
   for (int k = 0; k < kItems; ++k) mine = AddRowSum{}(mine, RowSum{x[k], weight_flags(x[k])});
   const RowSum total = cub::BlockReduce<RowSum, THREADS>(st.reduce).Reduce(mine, AddRowSum{});
   if (threadIdx.x == 0) {
-    const uint32_t flags = row_flags(total);
+    const uint32_t flags = row_flags(total.sum, total.flags);
     if (flags) atomicOr(status, flags);
     scale = row_scale(total.sum, n);
   }
@@ -230,7 +223,7 @@ __global__ void row_scale_kernel(const RowSum* sums, int64_t rows, int64_t n, Ro
                                  uint32_t* status) {
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b >= rows) return;
-  const uint32_t flags = row_flags(sums[b]);
+  const uint32_t flags = row_flags(sums[b].sum, sums[b].flags);
   if (flags) atomicOr(status, flags);
   scale[b] = row_scale(sums[b].sum, n);
 }

@@ -35,6 +35,13 @@ C10_HOST_DEVICE inline uint32_t weight_flags(double w) {
   return 0;
 }
 
+// A row's flags: those of its weights, plus a zero or non-finite float64 sum.
+C10_HOST_DEVICE inline uint32_t row_flags(double sum, uint32_t flags) {
+  if (sum == 0) flags |= kRowZeroSum;
+  if (!(sum <= 1.7976931348623157e308)) flags |= kRowSumOverflow;  // inf or NaN
+  return flags;
+}
+
 inline void raise_weight_flags(uint32_t flags, const char* op, const char* arg) {
   TORCH_CHECK(!(flags & kWeightNaN), op, ": ", arg, " contains NaN");
   TORCH_CHECK(!(flags & kWeightInf), op, ": ", arg, " contains inf");

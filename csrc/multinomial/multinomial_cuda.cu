@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(THREADS)
   if (flags) atomicOr(status, flags);
   const double sum = cub::BlockReduce<double, THREADS>(tmp.reduce).Sum(mine);
   if (threadIdx.x == 0) {
-    if (sum == 0) atomicOr(status, kRowZeroSum);
-    if (!isfinite(sum)) atomicOr(status, kRowSumOverflow);
+    const uint32_t problems = row_flags(sum, 0);
+    if (problems) atomicOr(status, problems);
     scale = alias::row_scale(sum, n);
   }
   __syncthreads();
