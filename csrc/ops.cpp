@@ -8,8 +8,11 @@ TORCH_LIBRARY(wrs, m) {
   // validate=False inside CUDA graphs or wherever a sync is unwelcome.
   m.def("alias_table(Tensor weights, *, bool validate=True) -> Tensor");
   // Samples: [..., num_samples] indices, int64 (default) or int32 (half the write traffic).
-  m.def("alias_sample(Tensor table, SymInt num_samples, *, ScalarType? dtype=None, "
-        "Generator? generator=None) -> Tensor",
+  // ordered=True: i.i.d. draws in order. ordered=False: the same multiset law, but draws
+  // may come grouped by table section (much faster for large tables). method: "auto",
+  // "baseline", or the sectioned "cached" / "shared" (these need ordered=False).
+  m.def("alias_sample(Tensor table, SymInt num_samples, *, bool ordered=True, str method=\"auto\", "
+        "ScalarType? dtype=None, Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
 
   // torch.multinomial's contract (1-D or 2-D input, int64 [..., num_samples]) without its

@@ -25,7 +25,7 @@ def _alias_table_fake(weights, *, validate=True):
 
 
 @torch.library.register_fake("wrs::alias_sample")
-def _alias_sample_fake(table, num_samples, *, dtype=None, generator=None):
+def _alias_sample_fake(table, num_samples, *, ordered=True, method="auto", dtype=None, generator=None):
     torch._check(table.dim() >= 1, lambda: "alias_sample: table must have at least one dimension")
     return table.new_empty((*table.shape[:-1], num_samples), dtype=torch.int64 if dtype is None else dtype)
 

@@ -27,12 +27,24 @@ def alias_sample(
     table: torch.Tensor,
     num_samples: int,
     *,
+    ordered: bool = True,
+    method: str = "auto",
     dtype: Optional[torch.dtype] = None,
     generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
-    """Draws ``num_samples`` i.i.d. indices per row of ``table``: ``[..., num_samples]``,
-    int64 by default or ``dtype=torch.int32`` (half the bytes written)."""
-    return torch.ops.wrs.alias_sample(table, num_samples, dtype=dtype, generator=generator)
+    """Draws ``num_samples`` indices per row of ``table``: ``[..., num_samples]``, int64 by
+    default or ``dtype=torch.int32`` (half the bytes written).
+
+    ``ordered=True`` gives i.i.d. draws in order. ``ordered=False`` gives the same multiset
+    law (the counts of each index are exactly multinomial) but the draws may come grouped
+    by table section, which is several times faster for tables beyond a few MB; shuffle
+    them if order matters to you. ``method`` forces a sampler: ``"baseline"``, or the
+    sectioned ``"cached"`` and ``"shared"`` (``ordered=False`` only); ``"auto"`` picks one
+    from the table size and the number of samples.
+    """
+    return torch.ops.wrs.alias_sample(
+        table, num_samples, ordered=ordered, method=method, dtype=dtype, generator=generator
+    )
 
 
 def alias_probs(table: torch.Tensor) -> torch.Tensor:
@@ -76,9 +88,15 @@ class AliasTable:
         return alias_probs(self.table)
 
     def sample(
-        self, num_samples: int, *, dtype: Optional[torch.dtype] = None, generator: Optional[torch.Generator] = None
+        self,
+        num_samples: int,
+        *,
+        ordered: bool = True,
+        method: str = "auto",
+        dtype: Optional[torch.dtype] = None,
+        generator: Optional[torch.Generator] = None,
     ) -> torch.Tensor:
-        return alias_sample(self.table, num_samples, dtype=dtype, generator=generator)
+        return alias_sample(self.table, num_samples, ordered=ordered, method=method, dtype=dtype, generator=generator)
 
     def to(self, *args, **kwargs) -> "AliasTable":
         table = self.table.to(*args, **kwargs)

@@ -94,6 +94,8 @@ def sampling(args):
         r = {"n": n}
         r["ours"] = cuda_ms(lambda: torch_wrs.alias_sample(table, s, generator=gen))
         r["ours_i32"] = cuda_ms(lambda: torch_wrs.alias_sample(table, s, dtype=torch.int32, generator=gen))
+        for method in ("auto", "shared", "cached"):
+            r[method] = cuda_ms(lambda: torch_wrs.alias_sample(table, s, ordered=False, method=method, generator=gen))
         r["multinomial"] = (cuda_ms(lambda: torch.multinomial(w, s, replacement=True, generator=gen), warmup=1, reps=3)
                             if n <= 1 << 24 else None)
         cdf = torch.cumsum(w, 0, dtype=torch.float64)
@@ -118,15 +120,18 @@ def sampling(args):
     def col(ms):
         return "n/a" if ms is None else f"{_gsps(s, ms):.1f}"
 
-    print(f"\nalias_sample, ordered, {s:,} samples, on {torch.cuda.get_device_name()} "
+    print(f"\nalias_sample, {s:,} samples, on {torch.cuda.get_device_name()} "
           f"(G samples/s; shuffled 1/i weights; copy bandwidth {bw / 1e12:.2f} TB/s)")
-    print("| N | ours int64 | ours int32 | torch.multinomial | cumsum+searchsorted | cupy choice | "
-          "torch random_ int64 (RNG ceiling) | int64 write floor | ours / multinomial |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| N | ordered int64 | ordered int32 | unordered auto | shared sectioned | cached sectioned | "
+          "torch.multinomial | cumsum+searchsorted | cupy choice | torch random_ int64 (RNG ceiling) | "
+          "int64 write floor | ordered / multinomial | unordered / multinomial |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        ratio = "n/a" if r["multinomial"] is None else f"{r['multinomial'] / r['ours']:.1f}x"
-        print(f"| {r['n']:,} | {col(r['ours'])} | {col(r['ours_i32'])} | {col(r['multinomial'])} | "
-              f"{col(r['searchsorted'])} | {col(r['cupy'])} | {col(r['random_'])} | {col(r['floor'])} | {ratio} |")
+        def ratio(key):
+            return "n/a" if r["multinomial"] is None else f"{r['multinomial'] / r[key]:.1f}x"
+        print(f"| {r['n']:,} | {col(r['ours'])} | {col(r['ours_i32'])} | {col(r['auto'])} | {col(r['shared'])} | "
+              f"{col(r['cached'])} | {col(r['multinomial'])} | {col(r['searchsorted'])} | {col(r['cupy'])} | "
+              f"{col(r['random_'])} | {col(r['floor'])} | {ratio('ours')} | {ratio('auto')} |")
 
 
 def multinomial_cases(args):

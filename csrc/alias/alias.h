@@ -266,9 +266,10 @@ C10_HOST_DEVICE inline BucketDraw draw_bucket(uint64_t n, uint32_t r_lo, uint32_
   return BucketDraw{mul_hi64(r, n), static_cast<uint32_t>((r * n) >> 32)};
 }
 
-C10_HOST_DEVICE inline int64_t pick(const BucketDraw& d, int64_t row) {
+// `first_bucket`: where the drawn-from run of buckets starts (a section of the row).
+C10_HOST_DEVICE inline int64_t pick(const BucketDraw& d, int64_t row, int64_t first_bucket = 0) {
   const uint64_t bits = static_cast<uint64_t>(row);
-  return d.coin < static_cast<uint32_t>(bits) ? static_cast<int64_t>(d.bucket)
+  return d.coin < static_cast<uint32_t>(bits) ? first_bucket + static_cast<int64_t>(d.bucket)
                                               : static_cast<int64_t>(bits >> 32);
 }
 

@@ -487,35 +487,150 @@ __global__ void __launch_bounds__(kThreads, 4)  // registers <= 64: 4 blocks per
   }
 }
 
-at::Tensor alias_sample_cuda(const at::Tensor& table_in, int64_t num_samples,
+// ---- sectioned sampling (ordered=False; sections.h) -------------------------------------
+
+// One thread per (row, section): walks the binomial tree to its section's count and offset.
+__global__ void section_span_kernel(SectionGrid grid, int64_t rows, at::PhiloxCudaState philox,
+                                    SectionSpan* spans) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= rows * grid.sections) return;
+  const CurandStreams streams{philox_seed(philox)};
+  spans[k] = section_span(grid, k / grid.sections, k % grid.sections, streams);
+}
+
+constexpr int kSharedThreads = 512;   // two 96 KB blocks per SM
+constexpr int kCachedThreads = 1024;  // one block per SM
+// The cached method reserves shared memory it never touches, so that only one block
+// fits per SM and its section owns the L1 (the paper's "limited" variant).
+constexpr int kCachedReservedBytes = 64 * 1024;
+constexpr int kCachedCarveoutPercent = 40;  // ~91 KB shared, the rest of the 256 KB is L1
+
+// Block b draws part b % parts of section b / parts. kStaged: the section is copied to
+// shared memory first (coalesced), then every draw reads it there; otherwise draws read
+// the table through L1. Draw e uses half e % 2 of Philox block e / 2, as the baseline.
+template <typename out_t, bool kStaged>
+__global__ void sectioned_kernel(const int64_t* table, SectionGrid grid, int64_t parts, const SectionSpan* spans,
+                                 at::PhiloxCudaState philox, out_t* out) {
+  extern __shared__ int64_t staged[];
+  const int64_t section_id = blockIdx.x / parts;
+  const int64_t part = blockIdx.x % parts;
+  const int64_t row = section_id / grid.sections;
+  const int64_t first = (section_id % grid.sections) * grid.section_buckets;
+  const int64_t len = min(grid.section_buckets, grid.buckets - first);
+  const int64_t* section = table + row * grid.buckets + first;
+  if (kStaged) {
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) staged[i] = section[i];
+    __syncthreads();
+    section = staged;
+  }
+  const SectionSpan span = spans[section_id];
+  const int64_t e0 = row * grid.num_samples + span.offset;
+  const int64_t e_begin = e0 + part_begin(span.count, part, parts);
+  const int64_t e_end = e0 + part_begin(span.count, part + 1, parts);
+  const PhiloxSeed seed = philox_seed(philox);
+  for (int64_t p = e_begin / 2 + threadIdx.x; 2 * p < e_end; p += blockDim.x) {
+    const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p));
+    const BucketDraw d0 = draw_bucket(len, r.x, r.y);
+    const BucketDraw d1 = draw_bucket(len, r.z, r.w);
+    const bool has0 = 2 * p >= e_begin;
+    const bool has1 = 2 * p + 1 < e_end;
+    const int64_t v0 = pick(d0, has0 ? section[d0.bucket] : 0, first);
+    const int64_t v1 = pick(d1, has1 ? section[d1.bucket] : 0, first);
+    if (has0 && has1) {
+      reinterpret_cast<typename PairOf<out_t>::type*>(out)[p] = {static_cast<out_t>(v0), static_cast<out_t>(v1)};
+    } else if (has0) {
+      out[2 * p] = static_cast<out_t>(v0);
+    } else {
+      out[2 * p + 1] = static_cast<out_t>(v1);
+    }
+  }
+}
+
+template <typename out_t>
+void launch_sectioned(const at::Tensor& table, int64_t rows, SampleMethod how, int64_t num_samples,
+                      std::optional<at::Generator> generator, out_t* out) {
+  const SectionGrid grid = section_grid(how, table.size(-1), num_samples);
+  const int64_t parts = parts_per_section(grid);
+  const int64_t sections = rows * grid.sections;
+  TORCH_CHECK(sections * parts < (int64_t{1} << 31), "alias_sample: ", sections * parts,
+              " sectioned blocks exceed the CUDA grid; use ordered=True");
+  // Tree nodes take up to kNodeBlocks Philox blocks each; a sample pair takes one.
+  const auto philox = cuda_philox_state(generator, table.device().index(), 4 * kNodeBlocks);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor spans = at::empty({sections * static_cast<int64_t>(sizeof(SectionSpan))},
+                               table.options().dtype(at::kByte));
+  auto* span_ptr = reinterpret_cast<SectionSpan*>(spans.mutable_data_ptr());
+  section_span_kernel<<<ceil_div(sections, 128), 128, 0, stream>>>(grid, rows, philox, span_ptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int blocks = static_cast<int>(sections * parts);
+  if (how == SampleMethod::kShared) {
+    const int bytes = static_cast<int>(grid.section_buckets * sizeof(int64_t));
+    static const bool configured = [&] {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(sectioned_kernel<out_t, true>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      return true;
+    }();
+    (void)configured;
+    sectioned_kernel<out_t, true><<<blocks, kSharedThreads, bytes, stream>>>(
+        table.const_data_ptr<int64_t>(), grid, parts, span_ptr, philox, out);
+  } else {
+    static const bool configured = [] {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(sectioned_kernel<out_t, false>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kCachedReservedBytes));
+      C10_CUDA_CHECK(cudaFuncSetAttribute(sectioned_kernel<out_t, false>,
+                                          cudaFuncAttributePreferredSharedMemoryCarveout, kCachedCarveoutPercent));
+      return true;
+    }();
+    (void)configured;
+    sectioned_kernel<out_t, false><<<blocks, kCachedThreads, kCachedReservedBytes, stream>>>(
+        table.const_data_ptr<int64_t>(), grid, parts, span_ptr, philox, out);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename out_t>
+void launch_baseline(const at::Tensor& table, int64_t num_samples, int64_t total,
+                     std::optional<at::Generator> generator, out_t* out) {
+  // Each pair of samples reads one Philox block of its own subsequence: 4 draws.
+  const auto philox = cuda_philox_state(generator, table.device().index(), 4);
+  const int64_t pairs = (total + 1) / 2;
+  const int blocks = grid_for(ceil_div(pairs, kPairs), kThreads);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  if (total == num_samples) {
+    sample_kernel<out_t, true><<<blocks, kThreads, 0, stream>>>(table.const_data_ptr<int64_t>(), table.size(-1),
+                                                                num_samples, total, philox, out);
+  } else {
+    sample_kernel<out_t, false><<<blocks, kThreads, 0, stream>>>(table.const_data_ptr<int64_t>(), table.size(-1),
+                                                                 num_samples, total, philox, out);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor alias_sample_cuda(const at::Tensor& table_in, int64_t num_samples, bool ordered, c10::string_view method,
                              std::optional<at::ScalarType> dtype, std::optional<at::Generator> generator) {
   check_table(table_in);
   check_num_samples(num_samples);
   const at::ScalarType out_type = sample_dtype(dtype);
   const c10::cuda::CUDAGuard guard(table_in.device());
   const at::Tensor table = table_in.contiguous();
+  const int64_t n = table.size(-1);
+  const int64_t rows = table.numel() / n;
+  const SampleMethod how = sample_method(ordered, method, n, num_samples, rows);
   at::Tensor out = at::empty(sample_shape(table, num_samples), table.options().dtype(out_type));
   const int64_t total = out.numel();
   if (total == 0) return out;
-  // Each pair of samples reads one Philox block of its own subsequence: 4 draws.
-  const auto philox = cuda_philox_state(generator, table.device().index(), 4);
-  const int64_t pairs = (total + 1) / 2;
-  const int64_t n = table.size(-1);
-  const bool one_row = total == num_samples;
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  auto launch = [&](auto* out_ptr, auto one_row_tag) {
-    using out_t = std::remove_pointer_t<decltype(out_ptr)>;
-    sample_kernel<out_t, decltype(one_row_tag)::value><<<grid_for(ceil_div(pairs, kPairs), kThreads), kThreads, 0, stream>>>(
-        table.const_data_ptr<int64_t>(), n, num_samples, total, philox, out_ptr);
+  auto run = [&](auto* o) {
+    if (how == SampleMethod::kBaseline) {
+      launch_baseline(table, num_samples, total, generator, o);
+    } else {
+      launch_sectioned(table, rows, how, num_samples, generator, o);
+    }
   };
   if (out_type == at::kLong) {
-    int64_t* o = out.mutable_data_ptr<int64_t>();
-    one_row ? launch(o, std::true_type{}) : launch(o, std::false_type{});
+    run(out.mutable_data_ptr<int64_t>());
   } else {
-    int32_t* o = out.mutable_data_ptr<int32_t>();
-    one_row ? launch(o, std::true_type{}) : launch(o, std::false_type{});
+    run(out.mutable_data_ptr<int32_t>());
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
 

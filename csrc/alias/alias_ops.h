@@ -2,6 +2,7 @@
 // Host-side pieces of the alias ops shared by the CPU and CUDA kernels: argument
 // checks and shapes. Schemas live in csrc/ops.cpp.
 #include "alias/alias.h"
+#include "alias/sections.h"
 #include "common/checks.h"
 
 #include <ATen/core/Tensor.h>
@@ -34,6 +35,24 @@ inline at::ScalarType sample_dtype(std::optional<at::ScalarType> dtype) {
   const at::ScalarType t = dtype.value_or(at::kLong);
   TORCH_CHECK(t == at::kLong || t == at::kInt, "alias_sample: dtype must be torch.int64 or torch.int32, got ", t);
   return t;
+}
+
+// Which sampler serves a call. ordered=True (i.i.d. draws in order) is the baseline;
+// ordered=False may group draws by table section, which pays once a table outgrows L1
+// and is drawn from about once per 8 buckets or more.
+inline SampleMethod sample_method(bool ordered, c10::string_view method, int64_t buckets,
+                                  int64_t num_samples, int64_t rows) {
+  TORCH_CHECK(method == "auto" || method == "baseline" || method == "cached" || method == "shared",
+              "alias_sample: method must be 'auto', 'baseline', 'cached' or 'shared', got '", method, "'");
+  if (method == "baseline" || (method == "auto" && ordered)) return SampleMethod::kBaseline;
+  TORCH_CHECK(!ordered, "alias_sample: method='", method,
+              "' draws samples grouped by table section, not in order; pass ordered=False");
+  if (method == "auto") {
+    const bool sectioned = buckets > kSharedSectionBuckets && num_samples >= buckets / 8;
+    if (!sectioned) return SampleMethod::kBaseline;
+  }
+  TORCH_CHECK(rows < (int64_t{1} << 31), "alias_sample: sectioned sampling takes at most 2^31 rows, got ", rows);
+  return method == "cached" ? SampleMethod::kCached : SampleMethod::kShared;
 }
 
 inline std::vector<int64_t> sample_shape(const at::Tensor& table, int64_t num_samples) {

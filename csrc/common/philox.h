@@ -37,4 +37,13 @@ inline at::detail::UINT4 philox_block(const PhiloxSeed& s, uint64_t subsequence)
   return out;
 }
 
+// Sources of 32-bit draws, one per subsequence, for code that consumes a variable number
+// (rejection samplers): streams(subsequence)() yields the subsequence's draws in order.
+struct PhiloxStreams {
+  PhiloxSeed seed;
+  at::philox_engine operator()(uint64_t subsequence) const {
+    return at::philox_engine(seed.seed, subsequence, seed.offset / 4);
+  }
+};
+
 }  // namespace wrs

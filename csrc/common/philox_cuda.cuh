@@ -39,4 +39,19 @@ __device__ inline uint4 philox_block_cuda(const PhiloxSeed& s, uint64_t subseque
   return curand4(&rng);
 }
 
+// CUDA side of PhiloxStreams (philox.h): the same draws, from cuRAND.
+struct CurandBits {
+  curandStatePhilox4_32_10_t state;
+  __device__ uint32_t operator()() { return curand(&state); }
+};
+
+struct CurandStreams {
+  PhiloxSeed seed;
+  __device__ CurandBits operator()(uint64_t subsequence) const {
+    CurandBits bits;
+    curand_init(seed.seed, subsequence, seed.offset, &bits.state);
+    return bits;
+  }
+};
+
 }  // namespace wrs

@@ -60,11 +60,11 @@ at::Tensor multinomial_composite(const at::Tensor& input, int64_t num_samples, b
   static const auto table_op = c10::Dispatcher::singleton().findSchemaOrThrow("wrs::alias_table", "")
                                    .typed<at::Tensor(const at::Tensor&, bool)>();
   static const auto sample_op = c10::Dispatcher::singleton().findSchemaOrThrow("wrs::alias_sample", "")
-                                    .typed<at::Tensor(const at::Tensor&, c10::SymInt, std::optional<at::ScalarType>,
-                                                      std::optional<at::Generator>)>();
+                                    .typed<at::Tensor(const at::Tensor&, c10::SymInt, bool, c10::string_view,
+                                                      std::optional<at::ScalarType>, std::optional<at::Generator>)>();
   if (replacement) {
     const at::Tensor table = table_op.call(input, /*validate=*/false);
-    return sample_op.call(table, c10::SymInt(num_samples), std::nullopt, generator);
+    return sample_op.call(table, c10::SymInt(num_samples), /*ordered=*/true, "auto", std::nullopt, generator);
   }
   const at::Tensor w = input.to(at::kDouble);
   const at::Tensor e = at::empty_like(w).exponential_(1.0, generator);
