@@ -10,7 +10,7 @@ from conftest import requires_cuda
 from helpers import g_test_pvalue
 
 P_MIN = 1e-4
-SECTION = {"shared": 12288, "cached": 16384}  # kSharedSectionBuckets, kCachedSectionBuckets
+SECTION = {"shared": 6144, "cached": 16384}  # kSharedSectionBuckets, kCachedSectionBuckets
 METHODS = list(SECTION)
 
 

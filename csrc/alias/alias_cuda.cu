@@ -443,6 +443,21 @@ template <typename out_t> struct PairOf;
 template <> struct PairOf<int64_t> { using type = longlong2; };
 template <> struct PairOf<int32_t> { using type = int2; };
 
+// Stores draws 2p and 2p + 1 where they fall in [e_begin, e_end), both in one access
+// when both do (out is 16-byte aligned, so pair p's slot is too).
+template <typename out_t>
+__device__ inline void store_pair(out_t* out, int64_t p, int64_t e_begin, int64_t e_end, int64_t v0, int64_t v1) {
+  const bool has0 = 2 * p >= e_begin && 2 * p < e_end;
+  const bool has1 = 2 * p + 1 >= e_begin && 2 * p + 1 < e_end;
+  if (has0 && has1) {
+    reinterpret_cast<typename PairOf<out_t>::type*>(out)[p] = {static_cast<out_t>(v0), static_cast<out_t>(v1)};
+  } else if (has0) {
+    out[2 * p] = static_cast<out_t>(v0);
+  } else if (has1) {
+    out[2 * p + 1] = static_cast<out_t>(v1);
+  }
+}
+
 // Baseline sampling: sample e uses half of Philox block e / 2, so one block serves two
 // samples and the output depends only on (seed, offset), not on the grid. Each thread
 // takes kPairs pairs per step and issues all their table loads before using
@@ -476,13 +491,7 @@ __global__ void __launch_bounds__(kThreads, 4)  // registers <= 64: 4 blocks per
     }
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
-      const int64_t p = p0 + k * threads;
-      if (2 * p + 1 < total) {
-        reinterpret_cast<typename PairOf<out_t>::type*>(out)[p] = {
-            static_cast<out_t>(pick(draw[2 * k], row[2 * k])), static_cast<out_t>(pick(draw[2 * k + 1], row[2 * k + 1]))};
-      } else if (2 * p < total) {
-        out[2 * p] = static_cast<out_t>(pick(draw[2 * k], row[2 * k]));
-      }
+      store_pair(out, p0 + k * threads, 0, total, pick(draw[2 * k], row[2 * k]), pick(draw[2 * k + 1], row[2 * k + 1]));
     }
   }
 }
@@ -498,7 +507,8 @@ __global__ void section_span_kernel(SectionGrid grid, int64_t rows, at::PhiloxCu
   spans[k] = section_span(grid, k / grid.sections, k % grid.sections, streams);
 }
 
-constexpr int kSharedThreads = 512;   // two 96 KB blocks per SM
+constexpr int kSharedThreads = 512;   // four 48 KB blocks per SM (measured best of 2-5)
+constexpr int kSectionPairs = 2;
 constexpr int kCachedThreads = 1024;  // one block per SM
 // The cached method reserves shared memory it never touches, so that only one block
 // fits per SM and its section owns the L1 (the paper's "limited" variant).
@@ -509,7 +519,7 @@ constexpr int kCachedCarveoutPercent = 40;  // ~91 KB shared, the rest of the 25
 // shared memory first (coalesced), then every draw reads it there; otherwise draws read
 // the table through L1. Draw e uses half e % 2 of Philox block e / 2, as the baseline.
 template <typename out_t, bool kStaged>
-__global__ void sectioned_kernel(const int64_t* table, SectionGrid grid, int64_t parts, const SectionSpan* spans,
+__global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t* table, SectionGrid grid, int64_t parts, const SectionSpan* spans,
                                  at::PhiloxCudaState philox, out_t* out) {
   extern __shared__ int64_t staged[];
   const int64_t section_id = blockIdx.x / parts;
@@ -517,31 +527,46 @@ __global__ void sectioned_kernel(const int64_t* table, SectionGrid grid, int64_t
   const int64_t row = section_id / grid.sections;
   const int64_t first = (section_id % grid.sections) * grid.section_buckets;
   const int64_t len = min(grid.section_buckets, grid.buckets - first);
-  const int64_t* section = table + row * grid.buckets + first;
-  if (kStaged) {
-    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) staged[i] = section[i];
-    __syncthreads();
-    section = staged;
-  }
   const SectionSpan span = spans[section_id];
   const int64_t e0 = row * grid.num_samples + span.offset;
   const int64_t e_begin = e0 + part_begin(span.count, part, parts);
   const int64_t e_end = e0 + part_begin(span.count, part + 1, parts);
-  const PhiloxSeed seed = philox_seed(philox);
-  for (int64_t p = e_begin / 2 + threadIdx.x; 2 * p < e_end; p += blockDim.x) {
-    const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p));
-    const BucketDraw d0 = draw_bucket(len, r.x, r.y);
-    const BucketDraw d1 = draw_bucket(len, r.z, r.w);
-    const bool has0 = 2 * p >= e_begin;
-    const bool has1 = 2 * p + 1 < e_end;
-    const int64_t v0 = pick(d0, has0 ? section[d0.bucket] : 0, first);
-    const int64_t v1 = pick(d1, has1 ? section[d1.bucket] : 0, first);
-    if (has0 && has1) {
-      reinterpret_cast<typename PairOf<out_t>::type*>(out)[p] = {static_cast<out_t>(v0), static_cast<out_t>(v1)};
-    } else if (has0) {
-      out[2 * p] = static_cast<out_t>(v0);
+  if (e_begin == e_end) return;  // (the whole block) nothing drawn here
+  const int64_t* section = table + row * grid.buckets + first;
+  if (kStaged) {
+    if (reinterpret_cast<uintptr_t>(section) % 16 == 0) {  // 16-byte loads where aligned
+      for (int64_t i = threadIdx.x; i < len / 2; i += blockDim.x) {
+        reinterpret_cast<longlong2*>(staged)[i] = reinterpret_cast<const longlong2*>(section)[i];
+      }
+      if (threadIdx.x == 0 && len % 2) staged[len - 1] = section[len - 1];
     } else {
-      out[2 * p + 1] = static_cast<out_t>(v1);
+      for (int64_t i = threadIdx.x; i < len; i += blockDim.x) staged[i] = section[i];
+    }
+    __syncthreads();
+    section = staged;
+  }
+  const PhiloxSeed seed = philox_seed(philox);
+  // Pairs [e_begin / 2, ceil(e_end / 2)) hold this part's draws; each thread takes
+  // kSectionPairs of them per step, all loads issued before any is used.
+  const int64_t stride = blockDim.x;
+  for (int64_t p0 = e_begin / 2 + threadIdx.x; 2 * p0 < e_end; p0 += stride * kSectionPairs) {
+    BucketDraw draw[2 * kSectionPairs];
+    int64_t bucket[2 * kSectionPairs];
+#pragma unroll
+    for (int k = 0; k < kSectionPairs; ++k) {
+      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p0 + k * stride));
+      draw[2 * k] = draw_bucket(len, r.x, r.y);
+      draw[2 * k + 1] = draw_bucket(len, r.z, r.w);
+    }
+#pragma unroll
+    for (int k = 0; k < 2 * kSectionPairs; ++k) {
+      const int64_t e = 2 * (p0 + (k / 2) * stride) + (k % 2);
+      bucket[k] = e >= e_begin && e < e_end ? section[draw[k].bucket] : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kSectionPairs; ++k) {
+      store_pair(out, p0 + k * stride, e_begin, e_end, pick(draw[2 * k], bucket[2 * k], first),
+                 pick(draw[2 * k + 1], bucket[2 * k + 1], first));
     }
   }
 }
