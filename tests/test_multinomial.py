@@ -164,3 +164,64 @@ def test_gpu_capture_is_refused_with_a_clear_error():
     with pytest.raises(RuntimeError, match="CUDA-graph capture forbids"):
         with torch.cuda.graph(graph):
             torch_wrs.multinomial(w, 2, True)
+
+
+@requires_cuda
+@pytest.mark.parametrize("n,dtype", [(20, torch.float32), (50, torch.float64), (100, torch.float32),
+                                     (200, torch.bfloat16), (500, torch.float32),
+                                     (1000, torch.float32), (1000, torch.float64), (2000, torch.float16)])
+@pytest.mark.parametrize("k", [1, 40])
+def test_gpu_one_pass_law_per_row_length(n, dtype, k):
+    """Each row length class of the one-pass kernels (8, 16 or 32 lanes per row holding 4
+    to 32 items each; a block per row for long rows or many samples): 1e7 draws pooled
+    over identical rows, a row count that leaves a warp's last row group part-empty."""
+    g = torch.Generator().manual_seed(30 + n)
+    w = (torch.rand(n, generator=g, dtype=torch.float64) ** 3).to(dtype)
+    w[::5] = 0
+    rows = 10_000_000 // k // 10 + 3
+    gen = torch.Generator("cuda").manual_seed(31)
+    x = w.cuda().expand(rows, n).contiguous()
+    counts = sum(torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=n)
+                 for _ in range(10))
+    assert g_test_pvalue(counts, w.double()) > P_MIN
+
+
+def _second_draw_law(p):
+    """P(second draw without replacement = j) = p_j * sum_{i != j} p_i / (1 - p_i)."""
+    ratio = p / (1 - p)
+    return p * (ratio.sum() - ratio)
+
+
+@requires_cuda
+@pytest.mark.parametrize("n,k", [(1000, 8), (6000, 32), (30_000, 5)])
+def test_gpu_without_replacement_first_two_draws(n, k):
+    """The fused top-k kernel (1, 4 and 8 warps per row): over 1e6 identical rows the
+    first draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i); no row repeats
+    an index. Weights are skewed so that the top categories carry the test's power."""
+    g = torch.Generator().manual_seed(40 + n)
+    w = torch.rand(n, generator=g, dtype=torch.float64) ** 8
+    w[::3] = 0
+    p = w / w.sum()
+    rows = 1_000_000 if n <= 6000 else 200_000
+    x = w.float().cuda().expand(rows, n).contiguous()
+    s = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(41))
+    assert s.shape == (rows, k)
+    assert (s.sort(-1).values.diff(dim=-1) != 0).all(), "an index repeats within a row"
+    pf = w.float().double()
+    pf = pf / pf.sum()
+    assert g_test_pvalue(torch.bincount(s[:, 0], minlength=n), pf) > P_MIN
+    assert g_test_pvalue(torch.bincount(s[:, 1], minlength=n), _second_draw_law(pf)) > P_MIN
+
+
+@requires_cuda
+def test_gpu_without_replacement_errors_per_row():
+    w = torch.rand(4096, 5000, device="cuda")
+    w[1234, 7:] = 0  # 7 nonzero: too few for 8 draws
+    with pytest.raises(RuntimeError, match="not enough non-zero categories"):
+        torch_wrs.multinomial(w, 8, False)
+    w[1234] = 0
+    with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
+        torch_wrs.multinomial(w, 8, False)
+    w[1234, 9] = float("inf")
+    with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
+        torch_wrs.multinomial(w, 8, False)

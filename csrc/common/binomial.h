@@ -8,20 +8,14 @@
 // rate is above 0.86 for every n * p >= 10. The acceptance test compares against the
 // exact log-pmf ratio f(k) / f(m), written as logs of ratios plus Stirling tails so it
 // keeps its precision for counts near 2^53 (lgamma differences would not).
+#include "common/uniform.h"
+
 #include <c10/macros/Macros.h>
 
 #include <cmath>
 #include <cstdint>
 
 namespace wrs {
-
-// A uniform in (0, 1), both ends excluded, from two 32-bit draws (53 bits).
-template <typename Bits>
-C10_HOST_DEVICE inline double open_uniform(Bits& bits) {
-  const uint64_t hi = bits();
-  const uint64_t lo = bits();
-  return (static_cast<double>(((hi << 32) | lo) >> 11) + 0.5) * 0x1.0p-53;
-}
 
 // log(k!) - [(k + 1/2) log(k + 1) - (k + 1) + log(2 pi) / 2]: the Stirling tail.
 // k < 10 from a table (computed with lgamma in double precision), else the series

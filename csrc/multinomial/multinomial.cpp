@@ -24,11 +24,13 @@ void check_shape(const at::Tensor& input, int64_t num_samples, bool replacement)
               ") > input.size(-1) (", categories, ") samples without replacement");
 }
 
-void raise_value_flags(uint32_t flags) {
+void raise_value_flags(uint32_t flags, int64_t num_samples) {
   TORCH_CHECK(!(flags & (kWeightNegative | kWeightNaN | kWeightInf)), kOp,
               ": input (probability tensor) contains either inf, nan or element < 0");
   TORCH_CHECK(!(flags & (kRowZeroSum | kRowSumOverflow)), kOp,
               ": invalid multinomial distribution (sum of probabilities <= 0)");
+  TORCH_CHECK(!(flags & kTooFewNonzero), kOp, ": invalid multinomial distribution (with replacement=False, "
+              "not enough non-zero categories to sample ", num_samples, ")");
 }
 
 namespace {
@@ -42,9 +44,8 @@ void check_values(const at::Tensor& w, int64_t num_samples, bool replacement) {
                                                   : (nonzero < num_samples).any()})
                                .cpu();
   const bool* f = found.const_data_ptr<bool>();
-  raise_value_flags((f[0] || f[1] || f[2] ? kWeightNegative : 0u) | (f[3] ? kRowZeroSum : 0u));
-  TORCH_CHECK(!f[4], kOp, ": invalid multinomial distribution (with replacement=False, not enough non-zero "
-              "categories to sample ", num_samples, ")");
+  raise_value_flags((f[0] || f[1] || f[2] ? kWeightNegative : 0u) | (f[3] ? kRowZeroSum : 0u) |
+                    (f[4] ? kTooFewNonzero : 0u), num_samples);
 }
 
 }  // namespace

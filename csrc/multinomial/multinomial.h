@@ -15,8 +15,12 @@ constexpr const char* kOp = "multinomial";
 // Shape, dtype and count checks (no data read).
 void check_shape(const at::Tensor& input, int64_t num_samples, bool replacement);
 
-// Raises torch.multinomial's errors for value flags (common/checks.h WeightFlags).
-void raise_value_flags(uint32_t flags);
+// Beyond common/checks.h's WeightFlags: a row with fewer nonzero weights than the
+// samples asked for without replacement.
+constexpr uint32_t kTooFewNonzero = 1u << 8;
+
+// Raises torch.multinomial's errors for value flags (WeightFlags | kTooFewNonzero).
+void raise_value_flags(uint32_t flags, int64_t num_samples);
 
 // Alias tables with replacement, exponential keys + top-k without: every shape, every device.
 at::Tensor multinomial_composite(const at::Tensor& input, int64_t num_samples, bool replacement,
