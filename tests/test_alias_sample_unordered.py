@@ -175,7 +175,7 @@ def test_cuda_graph_replay_sectioned():
     w = torch.rand(50_000, device="cuda")
     w[::4] = 0
     table = torch_wrs.alias_table(w)
-    torch_wrs.alias_sample(table, 10, ordered=False, method="shared")  # warm up (kernel attributes)
+    torch_wrs.alias_sample(table, 10, ordered=False, method="shared")  # warm up outside the capture
     torch_wrs.alias_sample(table, 10, ordered=False, method="cached")
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -458,6 +458,19 @@ __device__ inline void store_pair(out_t* out, int64_t p, int64_t e_begin, int64_
   }
 }
 
+// The bucket draws of pairs p0 + k * stride, k < K, from `buckets` buckets: pair p takes
+// Philox block p, one half per draw.
+template <int K>
+__device__ inline void draw_pairs(const PhiloxSeed& seed, int64_t p0, int64_t stride, uint64_t buckets,
+                                  BucketDraw* draw) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p0 + k * stride));
+    draw[2 * k] = draw_bucket(buckets, r.x, r.y);
+    draw[2 * k + 1] = draw_bucket(buckets, r.z, r.w);
+  }
+}
+
 // Baseline sampling: sample e uses half of Philox block e / 2, so one block serves two
 // samples and the output depends only on (seed, offset), not on the grid. Each thread
 // takes kPairs pairs per step and issues all their table loads before using
@@ -477,12 +490,7 @@ __global__ void __launch_bounds__(kThreads, 4)  // registers <= 64: 4 blocks per
        p0 += threads * kPairs) {
     BucketDraw draw[2 * kPairs];
     int64_t row[2 * kPairs];
-#pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p0 + k * threads));
-      draw[2 * k] = draw_bucket(n, r.x, r.y);
-      draw[2 * k + 1] = draw_bucket(n, r.z, r.w);
-    }
+    draw_pairs<kPairs>(seed, p0, threads, n, draw);
 #pragma unroll
     for (int k = 0; k < 2 * kPairs; ++k) {
       const int64_t e = 2 * (p0 + (k / 2) * threads) + (k % 2);
@@ -552,12 +560,7 @@ __global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t
   for (int64_t p0 = e_begin / 2 + threadIdx.x; 2 * p0 < e_end; p0 += stride * kSectionPairs) {
     BucketDraw draw[2 * kSectionPairs];
     int64_t bucket[2 * kSectionPairs];
-#pragma unroll
-    for (int k = 0; k < kSectionPairs; ++k) {
-      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(p0 + k * stride));
-      draw[2 * k] = draw_bucket(len, r.x, r.y);
-      draw[2 * k + 1] = draw_bucket(len, r.z, r.w);
-    }
+    draw_pairs<kSectionPairs>(seed, p0, stride, len, draw);
 #pragma unroll
     for (int k = 0; k < 2 * kSectionPairs; ++k) {
       const int64_t e = 2 * (p0 + (k / 2) * stride) + (k % 2);
@@ -588,28 +591,15 @@ void launch_sectioned(const at::Tensor& table, int64_t rows, SampleMethod how, i
   section_span_kernel<<<ceil_div(sections, 128), 128, 0, stream>>>(grid, rows, philox, span_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int blocks = static_cast<int>(sections * parts);
-  if (how == SampleMethod::kShared) {
-    const int bytes = static_cast<int>(grid.section_buckets * sizeof(int64_t));
-    static const bool configured = [&] {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(sectioned_kernel<out_t, true>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      return true;
-    }();
-    (void)configured;
-    sectioned_kernel<out_t, true><<<blocks, kSharedThreads, bytes, stream>>>(
-        table.const_data_ptr<int64_t>(), grid, parts, span_ptr, philox, out);
-  } else {
-    static const bool configured = [] {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(sectioned_kernel<out_t, false>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kCachedReservedBytes));
-      C10_CUDA_CHECK(cudaFuncSetAttribute(sectioned_kernel<out_t, false>,
-                                          cudaFuncAttributePreferredSharedMemoryCarveout, kCachedCarveoutPercent));
-      return true;
-    }();
-    (void)configured;
-    sectioned_kernel<out_t, false><<<blocks, kCachedThreads, kCachedReservedBytes, stream>>>(
-        table.const_data_ptr<int64_t>(), grid, parts, span_ptr, philox, out);
-  }
+  // Attributes are per device, so they are set on every call (a cheap driver call).
+  const bool staged = how == SampleMethod::kShared;
+  const auto kernel = staged ? &sectioned_kernel<out_t, true> : &sectioned_kernel<out_t, false>;
+  const int bytes = staged ? static_cast<int>(grid.section_buckets * sizeof(int64_t)) : kCachedReservedBytes;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      staged ? cudaSharedmemCarveoutMaxShared : kCachedCarveoutPercent));
+  kernel<<<blocks, staged ? kSharedThreads : kCachedThreads, bytes, stream>>>(table.const_data_ptr<int64_t>(), grid,
+                                                                              parts, span_ptr, philox, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
