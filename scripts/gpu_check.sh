@@ -2,7 +2,7 @@
 # On a GPU machine: build, run the whole test suite (GPU tests included) and the C++
 # test, run compute-sanitizer memcheck over a small GPU subset, then the demo and (if
 # asked) a benchmark. Logs go to $OUT (or build/gpu-logs); a summary table comes last.
-#   bash scripts/gpu_check.sh [benchmark args...]
+#   bash scripts/gpu_check.sh [construction] [sampling] [multinomial]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG="${OUT:-build/gpu-logs}"
@@ -24,14 +24,15 @@ step test bash scripts/run.sh test
 tail -25 "$LOG/test.log"
 step sanitizer env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
   python3 -m pytest -q -p no:cacheprovider tests/test_alias_sample.py tests/test_alias_table.py \
-  -k "cuda and (shape_dtype or odd_sample or zero_and_single or batched_rows or many_small or one_huge or zeros_mixed or single_item)"
+  tests/test_alias_sample_unordered.py tests/test_multinomial.py \
+  -k "cuda and (shape_dtype or odd_sample or zero_and_single or batched_rows or many_small or one_huge or zeros_mixed or single_item or sectioned_edge or test_shapes or every_float_dtype)"
 tail -5 "$LOG/sanitizer.log"
 step demo python3 examples/demo.py
 cat "$LOG/demo.log"
-if [ $# -gt 0 ]; then
-  step benchmark python3 -m torch_wrs.benchmark "$@"
-  cat "$LOG/benchmark.log"
-fi
+for what in "$@"; do  # benchmarks: construction, sampling, multinomial
+  step "bench-$what" python3 -m torch_wrs.benchmark "$what"
+  cat "$LOG/bench-$what.log"
+done
 echo
 echo "== summary ($(head -1 "$LOG/gpu.txt"))"
 printf '%s\n' "${SUMMARY[@]}"
