@@ -18,7 +18,7 @@ def test_opcheck_alias_table(device):
 def test_opcheck_alias_sample(device):
     table = torch_wrs.alias_table(torch.rand(3, 100, device=device))
     # Seeded sampling is reproducible only through a generator passed explicitly.
-    for kwargs in ({"generator": None}, {"dtype": torch.int32}):
+    for kwargs in ({"generator": None}, {"dtype": torch.int32}, {"ordered": False, "method": "shared"}):
         torch.library.opcheck(torch.ops.wrs.alias_sample.default, (table, 17), kwargs,
                                test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
