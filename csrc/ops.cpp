@@ -20,4 +20,21 @@ TORCH_LIBRARY(wrs, m) {
   m.def("multinomial(Tensor input, SymInt num_samples, bool replacement=False, *, "
         "Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
+
+  // Gamma(alpha, 1) per element of alpha (any float dtype; arithmetic in float32, or
+  // float64 for float64). method: "auto", "cheng_ga", "marsaglia_tsang",
+  // "ahrens_dieter_gc", "best_xg", "cheng_feast_gkm3". log=True returns log X, exact
+  // where X underflows (alpha below ~0.05). validate=True raises for negative or NaN
+  // alpha with one host read (pass False under CUDA-graph capture; NaN out then).
+  // Differentiable in alpha (implicit reparameterisation, gradient below).
+  m.def("standard_gamma(Tensor alpha, str method=\"auto\", *, bool log=False, bool validate=True, "
+        "Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
+  // dX/dalpha (or d log X/dalpha with log=True) at X = output: the backward of standard_gamma.
+  m.def("standard_gamma_grad(Tensor alpha, Tensor output, bool log=False) -> Tensor");
+  // Dirichlet rows over the last dimension, and Beta(a, b) (broadcast); both differentiable.
+  m.def("dirichlet(Tensor concentration, *, bool validate=True, Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
+  m.def("beta(Tensor a, Tensor b, *, bool validate=True, Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
 }

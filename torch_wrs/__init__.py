@@ -1,7 +1,12 @@
 """torch_wrs: weighted random sampling and gamma variates for PyTorch (torch.ops.wrs)."""
 from . import _library
 from .alias import AliasTable, alias_probs, alias_sample, alias_table
+from . import distributions
+from .gamma import beta, dirichlet, gamma, standard_gamma
 from .multinomial import multinomial
 
-__all__ = ["AliasTable", "alias_probs", "alias_sample", "alias_table", "multinomial"]
+__all__ = [
+    "AliasTable", "alias_probs", "alias_sample", "alias_table", "beta", "dirichlet", "distributions", "gamma",
+    "multinomial", "standard_gamma",
+]
 __version__ = "0.1.0"

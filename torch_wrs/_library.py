@@ -34,3 +34,8 @@ def _alias_sample_fake(table, num_samples, *, ordered=True, method="auto", dtype
 def _multinomial_fake(input, num_samples, replacement=False, *, generator=None):
     torch._check(input.dim() in (1, 2), lambda: "multinomial: input (prob_dist) must be 1 or 2 dim")
     return input.new_empty((*input.shape[:-1], num_samples), dtype=torch.int64)
+
+
+@torch.library.register_fake("wrs::standard_gamma")
+def _standard_gamma_fake(alpha, method="auto", *, log=False, validate=True, generator=None):
+    return torch.empty_like(alpha, memory_format=torch.contiguous_format)

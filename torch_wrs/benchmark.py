@@ -3,6 +3,7 @@
     python -m torch_wrs.benchmark construction   # alias-table build vs torch.cumsum(float64)
     python -m torch_wrs.benchmark sampling       # alias sampling vs torch.multinomial and others
     python -m torch_wrs.benchmark multinomial    # torch_wrs.multinomial vs torch.multinomial, batched
+    python -m torch_wrs.benchmark gamma          # standard_gamma / dirichlet vs torch, CuPy, JAX
 
 Each table row prints our time, what a user would run otherwise, their ratio, and the
 memory-traffic floor at this device's measured copy bandwidth.
@@ -201,9 +202,108 @@ def cpu_scaling(n):
           f"{results[threads]:.2f} s, speed-up {results[1] / results[threads]:.1f}x")
 
 
+GAMMA_METHODS = ("cheng_ga", "marsaglia_tsang", "ahrens_dieter_gc", "best_xg", "cheng_feast_gkm3", "auto")
+
+
+def _wall_ms(fn, warmup=3, reps=20):
+    """Median wall-clock milliseconds of fn() (which must block until done)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _other_gammas():
+    """cupy.random.gamma and jax.random.gamma where installed: label -> fn(alpha) -> ms."""
+    others = {}
+    try:
+        import cupy
+
+        def cupy_ms(alpha):
+            a = cupy.asarray(alpha)
+            return cuda_ms(lambda: cupy.random.gamma(a, dtype=a.dtype))
+
+        others["cupy"] = cupy_ms
+    except Exception:  # noqa: BLE001  (absent or broken install: skip the column)
+        pass
+    try:
+        import os
+
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        import jax
+        import jax.numpy as jnp
+
+        def jax_ms(alpha):
+            if alpha.dtype == torch.float64 and not jax.config.jax_enable_x64:
+                return float("nan")
+            a = jnp.asarray(alpha.cpu().numpy())
+            f = jax.jit(lambda key, a: jax.random.gamma(key, a, dtype=a.dtype))
+            key = jax.random.PRNGKey(0)
+            return _wall_ms(lambda: f(key, a).block_until_ready())
+
+        others["jax (wall)"] = jax_ms
+    except Exception:  # noqa: BLE001
+        pass
+    return others
+
+
+def gamma_cases(args):
+    bw = copy_bandwidth()
+    gen = torch.Generator("cuda").manual_seed(0)
+    n = 1 << 26
+    others = _other_gammas()
+    rows = []
+    for dtype in (torch.float32, torch.float64):
+        for label in ("0.5", "1.0001", "2", "4", "10", "U(0.1,10)"):
+            if label.startswith("U"):
+                alpha = torch.rand(n, generator=gen, device="cuda", dtype=dtype) * 9.9 + 0.1
+            else:
+                alpha = torch.full((n,), float(label), device="cuda", dtype=dtype)
+            out = torch.empty_like(alpha)
+            ms = {m: cuda_ms(lambda: torch_wrs.standard_gamma(alpha, m, validate=False)) for m in GAMMA_METHODS}
+            ms["validated"] = cuda_ms(lambda: torch_wrs.standard_gamma(alpha))
+            ms["torch"] = cuda_ms(lambda: torch._standard_gamma(alpha))
+            ms["randn"] = cuda_ms(lambda: torch.randn(n, out=out))
+            for name, fn in others.items():
+                ms[name] = fn(alpha)
+            floor = 2 * alpha.element_size() * n / bw * 1e3  # read alpha, write X
+            rows.append((label, str(dtype).replace("torch.", ""), ms, floor))
+            del alpha, out
+            torch.cuda.empty_cache()
+    gs = lambda ms: n / (ms * 1e-3) / 1e9  # noqa: E731
+    cols = list(GAMMA_METHODS) + ["validated", "torch"] + list(others) + ["randn"]
+    print(f"\nstandard_gamma, 2^26 elements, G samples/s on {torch.cuda.get_device_name()} "
+          f"(copy bandwidth {bw / 1e12:.2f} TB/s; validate=False except 'validated')")
+    print("| alpha | dtype | " + " | ".join(cols) + " | auto / torch | auto / randn | floor |")
+    print("| --- | --- | " + " | ".join("---:" for _ in cols) + " | ---: | ---: | ---: |")
+    for label, dtype, ms, floor in rows:
+        cells = " | ".join(f"{gs(ms[c]):.0f}" for c in cols)
+        print(f"| {label} | {dtype} | {cells} | {ms['torch'] / ms['auto']:.2f} | "
+              f"{ms['randn'] / ms['auto']:.2f} | {gs(floor):.0f} |")
+
+    print(f"\nDirichlet 65,536 x 1,000 (float32), ms")
+    print("| concentration | ours | torch._sample_dirichlet | torch / ours | floor |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for label in ("0.1", "U(0.1,10)", "1e-3"):
+        if label.startswith("U"):
+            conc = torch.rand(65_536, 1_000, generator=gen, device="cuda") * 9.9 + 0.1
+        else:
+            conc = torch.full((65_536, 1_000), float(label), device="cuda")
+        ours = cuda_ms(lambda: torch_wrs.dirichlet(conc, validate=False))
+        ref = cuda_ms(lambda: torch._sample_dirichlet(conc))
+        floor = 8 * conc.numel() / bw * 1e3
+        print(f"| {label} | {ours:.3f} | {ref:.3f} | {ref / ours:.2f} | {floor:.3f} |")
+        del conc
+        torch.cuda.empty_cache()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["construction", "sampling", "multinomial"])
+    parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma"])
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling`")
     parser.add_argument("--cpu-scaling", type=int, default=0, metavar="N",
                         help="also time the CPU build at N items on 1 thread and on all threads")
@@ -212,7 +312,8 @@ def main():
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_wrs.benchmark needs a CUDA device")
-    {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases}[args.what](args)
+    {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases,
+     "gamma": gamma_cases}[args.what](args)
 
 
 if __name__ == "__main__":

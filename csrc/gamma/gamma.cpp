@@ -1,0 +1,184 @@
+// The device-independent parts of the gamma family: checks, the reparameterised
+// gradient (autograd, in C++ so TorchScript and torch.compile see it), and Dirichlet
+// and Beta, which are composites of standard_gamma's log output.
+#include "gamma/gamma_ops.h"
+
+#include "common/checks.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#endif
+
+namespace wrs::gamma {
+
+namespace {
+
+// Method "auto": the fastest exact generator measured on an H200 (docs/benchmarks.md).
+Method auto_method(at::ScalarType dtype) {
+  return dtype == at::kDouble ? Method::kMarsagliaTsang : Method::kMarsagliaTsang;
+}
+
+// Value checks with one device-to-host read: negative, NaN, and (for Dirichlet and
+// Beta, whose gammas are normalised) inf, and rows whose entries are all zero.
+void check_values(const at::Tensor& alpha, const char* op, const char* arg, bool normalised) {
+  if (alpha.numel() == 0) return;
+#ifdef WITH_CUDA
+  TORCH_CHECK(!alpha.is_cuda() ||
+                  c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
+              op, ": validate=True reads ", arg, " back to the host, which CUDA-graph capture forbids; "
+              "pass validate=False when capturing");
+#endif
+  std::vector<at::Tensor> found = {(alpha < 0).any(), alpha.isnan().any()};
+  if (normalised) {
+    found.push_back(alpha.isinf().any());
+    found.push_back((alpha == 0).all(-1).any());
+  }
+  const at::Tensor flags = at::stack(found).cpu();
+  const bool* f = flags.const_data_ptr<bool>();
+  TORCH_CHECK(!f[0], op, ": ", arg, " contains a negative entry");
+  TORCH_CHECK(!f[1], op, ": ", arg, " contains NaN");
+  if (normalised) {
+    TORCH_CHECK(!f[2], op, ": ", arg, " contains inf");
+    TORCH_CHECK(!f[3], op, ": ", arg, " has a row whose entries are all zero");
+  }
+}
+
+at::ScalarType acc_dtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+at::Tensor call_standard_gamma(const at::Tensor& alpha, c10::string_view method, bool log, bool validate,
+                               std::optional<at::Generator> generator) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("wrs::standard_gamma", "")
+                             .typed<at::Tensor(const at::Tensor&, c10::string_view, bool, bool,
+                                               std::optional<at::Generator>)>();
+  return op.call(alpha, method, log, validate, std::move(generator));
+}
+
+at::Tensor call_standard_gamma_grad(const at::Tensor& alpha, const at::Tensor& output, bool log) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("wrs::standard_gamma_grad", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, bool)>();
+  return op.call(alpha, output, log);
+}
+
+}  // namespace
+
+Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, bool validate,
+                            const char* op, const char* arg) {
+  check_floating(alpha, op, arg);
+  Method m;
+  if (method == "auto") {
+    m = auto_method(alpha.scalar_type());
+  } else {
+    TORCH_CHECK(parse_method(method, m), op, ": method must be 'auto', 'cheng_ga', 'marsaglia_tsang', "
+                "'ahrens_dieter_gc', 'best_xg' or 'cheng_feast_gkm3', got '", method, "'");
+  }
+  if (validate) check_values(alpha, op, arg, /*normalised=*/false);
+  return m;
+}
+
+namespace {
+
+// dX/dalpha of X ~ Gamma(alpha) at fixed CDF (implicit reparameterisation):
+// -(dF/dalpha) / (dF/dx). With log=true, d(log X)/dalpha for output = log X.
+//
+// Value output: torch's _standard_gamma_grad. Log output: below x = 0.8 the series
+// P(alpha, x) = x^alpha / Gamma(alpha) * sum_i (-x)^i / (i! (alpha + i)), whose x^alpha
+// cancels in d(log x)/dalpha = -e^x [(log x - digamma(alpha)) S1 - S2], so it holds
+// where x itself underflows; 14 terms leave a relative error below 1e-13 there.
+// Above 0.8, torch's dX/dalpha over x. In float64 throughout, as S1 and S2 cancel for
+// tiny alpha.
+at::Tensor standard_gamma_grad(const at::Tensor& alpha, const at::Tensor& output, bool log) {
+  check_floating(alpha, "standard_gamma_grad", "alpha");
+  check_floating(output, "standard_gamma_grad", "output");
+  if (!log) {
+    const at::ScalarType acc = acc_dtype(alpha);
+    const at::Tensor a = alpha.to(acc), x = output.to(acc);
+    const at::Tensor grad = at::_standard_gamma_grad(a, x);
+    return at::where(a == 0, at::zeros({}, grad.options()), grad).to(alpha.scalar_type());
+  }
+  const at::Tensor a = alpha.to(at::kDouble), log_x = output.to(at::kDouble);
+  const at::Tensor x = log_x.exp();
+  at::Tensor term = at::ones_like(x);
+  at::Tensor s1 = a.reciprocal(), s2 = s1 * s1;
+  for (int i = 1; i <= 14; ++i) {
+    term = term * (-x) / i;
+    const at::Tensor inv = (a + i).reciprocal();
+    s1 = s1 + term * inv;
+    s2 = s2 + term * inv * inv;
+  }
+  const at::Tensor small = -x.exp() * ((log_x - at::digamma(a)) * s1 - s2);
+  const at::Tensor x_large = x.clamp_min(0.8);
+  const at::Tensor large = at::_standard_gamma_grad(a, x_large) / x_large;
+  const at::Tensor grad = at::where(x < 0.8, small, large);
+  return at::where(a == 0, at::zeros({}, grad.options()), grad).to(alpha.scalar_type());
+}
+
+class StandardGammaFunction : public torch::autograd::Function<StandardGammaFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& alpha,
+                            c10::string_view method, bool log, bool validate,
+                            std::optional<at::Generator> generator) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::Tensor out = call_standard_gamma(alpha, method, log, validate, std::move(generator));
+    ctx->save_for_backward({alpha, out});
+    ctx->saved_data["log"] = log;
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const bool log = ctx->saved_data["log"].toBool();
+    return {grads[0] * call_standard_gamma_grad(saved[0], saved[1], log), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor standard_gamma_autograd(const at::Tensor& alpha, c10::string_view method, bool log, bool validate,
+                                   std::optional<at::Generator> generator) {
+  return StandardGammaFunction::apply(alpha, method, log, validate, std::move(generator));
+}
+
+// Dirichlet rows are softmax(log G): normalising in log space keeps rows whose gammas all
+// underflow (concentrations near 1e-3) exact, where G / sum(G) would give 0 / 0.
+at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
+  constexpr const char* kOp = "dirichlet";
+  check_floating(concentration, kOp, "concentration");
+  check_has_last_dim(concentration, kOp, "concentration");
+  if (validate) check_values(concentration, kOp, "concentration", /*normalised=*/true);
+  const at::Tensor log_g = call_standard_gamma(concentration.to(acc_dtype(concentration)), "auto",
+                                               /*log=*/true, /*validate=*/false, std::move(generator));
+  return at::softmax(log_g, -1).to(concentration.scalar_type());
+}
+
+// Beta(a, b) = G_a / (G_a + G_b) = sigmoid(log G_a - log G_b), broadcasting a and b.
+at::Tensor beta(const at::Tensor& a, const at::Tensor& b, bool validate, std::optional<at::Generator> generator) {
+  constexpr const char* kOp = "beta";
+  check_floating(a, kOp, "a");
+  check_floating(b, kOp, "b");
+  const auto ab = at::broadcast_tensors({a, b});
+  const at::ScalarType out_dtype = at::promote_types(a.scalar_type(), b.scalar_type());
+  const at::Tensor both = at::stack({ab[0], ab[1]}, -1).to(out_dtype == at::kDouble ? at::kDouble : at::kFloat);
+  if (validate) check_values(both, kOp, "(a, b)", /*normalised=*/true);
+  const at::Tensor log_g = call_standard_gamma(both, "auto", /*log=*/true, /*validate=*/false, std::move(generator));
+  return at::sigmoid(log_g.select(-1, 0) - log_g.select(-1, 1)).to(out_dtype);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(wrs, Autograd, m) {
+  m.impl("standard_gamma", &standard_gamma_autograd);
+}
+
+TORCH_LIBRARY_IMPL(wrs, CompositeImplicitAutograd, m) {
+  m.impl("standard_gamma_grad", &standard_gamma_grad);
+  m.impl("dirichlet", &dirichlet);
+  m.impl("beta", &beta);
+}
+
+}  // namespace wrs::gamma

@@ -1,0 +1,119 @@
+// standard_gamma on CUDA: persistent threads, each walking the elements i, i + T,
+// i + 2T, ... (T threads in the grid), one rejection candidate per loop trip. A lane
+// whose candidate is accepted stores it and moves to its next element while the others
+// keep trying, so a warp never waits for its slowest lane's element: it runs about
+// elements / acceptance-rate trips instead of the sum over elements of the worst lane's
+// candidate count (Ericsson 2024, sec. 2.7). Element i draws from Philox subsequence i
+// (gamma.h), so the output depends only on the seed, not on the grid.
+#include "gamma/gamma_ops.h"
+
+#include "common/cuda_utils.cuh"
+#include "common/philox_cuda.cuh"
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+namespace wrs::gamma {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Philox blocks of one element's subsequence, in order (counter layout of curand_init).
+struct ElementBits {
+  uint2 key;
+  uint64_t block;       // offset / 4 + blocks consumed
+  uint64_t subsequence;
+  __device__ void start(const PhiloxSeed& seed, uint64_t element) {
+    key = make_uint2(static_cast<uint32_t>(seed.seed), static_cast<uint32_t>(seed.seed >> 32));
+    block = seed.offset / 4;
+    subsequence = element;
+  }
+  template <typename acc_t>
+  __device__ void next(CandidateWords<acc_t>& words) {
+#pragma unroll
+    for (int b = 0; b < kBlocksPerCandidate<acc_t>; ++b, ++block) {
+      const uint4 r = curand_Philox4x32_10(
+          make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                     static_cast<uint32_t>(subsequence), static_cast<uint32_t>(subsequence >> 32)),
+          key);
+      words.w[4 * b] = r.x;
+      words.w[4 * b + 1] = r.y;
+      words.w[4 * b + 2] = r.z;
+      words.w[4 * b + 3] = r.w;
+    }
+  }
+};
+
+template <typename scalar_t, typename Gen>
+__global__ void __launch_bounds__(kThreads)
+    standard_gamma_kernel(const scalar_t* __restrict__ alpha, scalar_t* __restrict__ out, int64_t n,
+                          bool log_output, at::PhiloxCudaState philox) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const PhiloxSeed seed = philox_seed(philox);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= n) return;
+  Element<acc_t, Gen> element;
+  element.start(static_cast<acc_t>(alpha[i]));
+  // The next element's alpha is loaded one element ahead, so accepting never waits on memory.
+  acc_t next_alpha = i + stride < n ? static_cast<acc_t>(alpha[i + stride]) : acc_t(0);
+  ElementBits bits;
+  bits.start(seed, i);
+  for (;;) {
+    CandidateWords<acc_t> words;
+    bits.next(words);
+    acc_t result;
+    if (element.attempt(words, log_output, result)) {
+      out[i] = static_cast<scalar_t>(result);
+      i += stride;
+      if (i >= n) return;
+      element.start(next_alpha);
+      if (i + stride < n) next_alpha = static_cast<acc_t>(alpha[i + stride]);
+      bits.start(seed, i);
+    }
+  }
+}
+
+template <typename scalar_t, typename Gen>
+void launch_standard_gamma(const at::Tensor& alpha, at::Tensor& out, bool log, const at::PhiloxCudaState& philox) {
+  const auto kernel = standard_gamma_kernel<scalar_t, Gen>;
+  static const int blocks_per_sm = [&] {
+    int b = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0));
+    return std::max(b, 1);
+  }();
+  const int64_t n = alpha.numel();
+  const int64_t resident = static_cast<int64_t>(blocks_per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int blocks = static_cast<int>(std::min(ceil_div(n, kThreads), resident));
+  kernel<<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      alpha.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n, log, philox);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor standard_gamma_cuda(const at::Tensor& alpha, c10::string_view method, bool log, bool validate,
+                               std::optional<at::Generator> generator) {
+  const Method m = check_standard_gamma(alpha, method, validate, "standard_gamma", "alpha");
+  const c10::cuda::CUDAGuard guard(alpha.device());
+  const at::Tensor a = alpha.contiguous();
+  at::Tensor out = at::empty_like(a);
+  if (a.numel() == 0) return out;
+  const at::PhiloxCudaState philox = cuda_philox_state(generator, a.device().index(), kDrawsPerElement);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "standard_gamma_cuda", [&] {
+    dispatch_method<at::opmath_type<scalar_t>>(
+        m, [&](auto gen) { launch_standard_gamma<scalar_t, decltype(gen)>(a, out, log, philox); });
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
+  m.impl("standard_gamma", &standard_gamma_cuda);
+}
+
+}  // namespace wrs::gamma

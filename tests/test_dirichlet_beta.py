@@ -1,0 +1,117 @@
+"""Dirichlet and Beta: moments down to concentration 1e-3, normalisation, gradients,
+bad input, and the torch.distributions subclasses."""
+import math
+
+import pytest
+import torch
+
+import torch_wrs
+from torch_wrs import distributions as wd
+
+
+def dirichlet_moments(alpha):
+    a0 = alpha.sum(-1, keepdim=True)
+    mean = alpha / a0
+    var = alpha * (a0 - alpha) / (a0 * a0 * (a0 + 1))
+    return mean, var
+
+
+@pytest.mark.parametrize("conc", [1e-3, 0.1, 1.0, 5.0])
+def test_dirichlet_moments(device, conc):
+    n = 400_000
+    g = torch.Generator(device=device).manual_seed(31)
+    alpha = torch.tensor([conc, 2 * conc, 0.5 * conc, 3 * conc], dtype=torch.float64, device=device)
+    x = torch_wrs.dirichlet(alpha.expand(n, 4), generator=g)
+    assert torch.allclose(x.sum(-1), torch.ones(n, dtype=torch.float64, device=device))
+    assert torch.isfinite(x).all() and (x >= 0).all()
+    mean, var = dirichlet_moments(alpha)
+    # Standard errors from the exact variance and the sample fourth moment.
+    se_mean = (var / n).sqrt()
+    assert ((x.mean(0) - mean).abs() < 5 * se_mean).all()
+    fourth = ((x - mean) ** 4).mean(0)
+    se_var = ((fourth - var**2) / n).sqrt()
+    assert ((x.var(0) - var).abs() < 5 * se_var).all()
+
+
+def test_dirichlet_tiny_concentration_is_exact_where_torch_is_not(device):
+    # Concentration 1e-3: nearly every row is close to a vertex. P(component 0 wins) is
+    # its share of the concentration in the limit; the mean is exact at any concentration.
+    n = 1_000_000
+    alpha = torch.tensor([1e-3, 3e-3], dtype=torch.float32, device=device)
+    x = torch_wrs.dirichlet(alpha.expand(n, 2), generator=torch.Generator(device=device).manual_seed(2))
+    assert not torch.isnan(x).any()
+    mean, var = dirichlet_moments(alpha.double())
+    assert abs(x[:, 0].double().mean().item() - mean[0].item()) < 5 * math.sqrt(var[0].item() / n)
+
+
+@pytest.mark.parametrize("a,b", [(1e-3, 1e-3), (0.5, 0.5), (2.0, 7.0), (1e-3, 5.0)])
+def test_beta_moments(device, a, b):
+    n = 1_000_000
+    g = torch.Generator(device=device).manual_seed(41)
+    x = torch_wrs.beta(torch.full((n,), a, device=device), torch.tensor(b, device=device), generator=g).double()
+    assert x.shape == (n,) and not torch.isnan(x).any()
+    mean = a / (a + b)
+    var = a * b / ((a + b) ** 2 * (a + b + 1))
+    assert abs(x.mean().item() - mean) < 5 * math.sqrt(var / n)
+    fourth = ((x - mean) ** 4).mean().item()
+    assert abs(x.var().item() - var) < 5 * math.sqrt((fourth - var**2) / n)
+
+
+def test_dirichlet_gradient_is_unbiased(device):
+    # d E[x_0] / d alpha = d (alpha_0 / a0) / d alpha: (a0 - alpha_0) / a0^2, -alpha_0 / a0^2.
+    n = 1_000_000
+    torch.manual_seed(9)
+    alpha = torch.tensor([0.3, 1.2, 2.0], dtype=torch.float64, device=device, requires_grad=True)
+    x = torch_wrs.dirichlet(alpha.expand(n, 3))
+    grads = []
+    for i in range(n // 100_000):  # per-chunk means give a standard error
+        (g,) = torch.autograd.grad(x[i * 100_000:(i + 1) * 100_000, 0].mean(), alpha, retain_graph=True)
+        grads.append(g)
+    grads = torch.stack(grads)
+    a0 = alpha.sum().item()
+    expected = torch.tensor([(a0 - 0.3) / a0**2, -0.3 / a0**2, -0.3 / a0**2], dtype=torch.float64, device=device)
+    se = grads.std(0) / math.sqrt(len(grads))
+    assert ((grads.mean(0) - expected).abs() < 5 * se).all()
+
+
+def test_bad_input(device):
+    with pytest.raises(RuntimeError, match="dirichlet: concentration has a row whose entries are all zero"):
+        torch_wrs.dirichlet(torch.zeros(2, 3, device=device))
+    with pytest.raises(RuntimeError, match="dirichlet: concentration contains a negative entry"):
+        torch_wrs.dirichlet(torch.tensor([1.0, -1.0], device=device))
+    with pytest.raises(RuntimeError, match="dirichlet: concentration contains inf"):
+        torch_wrs.dirichlet(torch.tensor([1.0, float("inf")], device=device))
+    with pytest.raises(RuntimeError, match="dirichlet: concentration must have at least one dimension"):
+        torch_wrs.dirichlet(torch.tensor(1.0, device=device))
+    with pytest.raises(RuntimeError, match=r"beta: \(a, b\) contains NaN"):
+        torch_wrs.beta(torch.tensor([float("nan")], device=device), torch.tensor([1.0], device=device))
+    with pytest.raises(RuntimeError, match=r"beta: \(a, b\) has a row whose entries are all zero"):
+        torch_wrs.beta(torch.tensor([0.0], device=device), torch.tensor([0.0], device=device))
+
+
+def test_distributions_are_drop_in(device):
+    conc = torch.tensor([0.5, 2.0], device=device, requires_grad=True)
+    rate = torch.tensor([1.0, 3.0], device=device)
+    for dist, ref in (
+        (wd.Gamma(conc, rate), torch.distributions.Gamma(conc, rate)),
+        (wd.Dirichlet(conc), torch.distributions.Dirichlet(conc)),
+        (wd.Beta(conc, rate), torch.distributions.Beta(conc, rate)),
+    ):
+        assert isinstance(dist, type(ref))
+        s = dist.rsample((100_000,))
+        assert s.shape == ref.sample((100_000,)).shape
+        se = (ref.variance / 100_000).sqrt()
+        assert ((s.mean(0) - ref.mean).abs() < 5 * se).all()
+        assert torch.isfinite(dist.log_prob(s.detach())).all()
+        (g,) = torch.autograd.grad(s.sum(), conc)
+        assert torch.isfinite(g).all()
+        assert dist.sample((3,)).requires_grad is False
+
+
+def test_gamma_with_rate(device):
+    n = 1_000_000
+    x = torch_wrs.gamma(torch.full((n,), 3.0, device=device), torch.tensor(2.0, device=device),
+                        generator=torch.Generator(device=device).manual_seed(6))
+    assert abs(x.mean().item() - 1.5) < 5 * math.sqrt(0.75 / n)
+    # Var = concentration / rate^2 = 0.75; mu4 of Gamma(3)/2 is (3*9 + 6*3) / 16.
+    assert abs(x.var().item() - 0.75) < 5 * math.sqrt((45 / 16 - 0.75**2) / n)
