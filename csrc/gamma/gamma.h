@@ -3,10 +3,12 @@
 // (Ericsson 2024, ch. 3, checked against the original papers), the boost for small
 // alpha, and the per-element driver both kernels run.
 //
-// Randomness: element i reads Philox subsequence i of the call's stream, one block of
-// words per candidate (4 words in float32 arithmetic, 8 in float64). A candidate's last
-// uniform is never used by the method itself; it is the boost's U (below). So a result
-// depends only on (seed, offset, i) and alpha[i], never on the grid or thread count.
+// Randomness: elements 2j and 2j+1 (a pair) read Philox subsequence j of the call's
+// stream: block 0 holds their boost uniforms, and each later block (two in float64
+// arithmetic) is one candidate for each of them, the method splitting its uniforms
+// between the two (Marsaglia-Tsang's Box-Muller gives each one of its two normals). So
+// one Philox call and one Box-Muller serve two elements, and a result depends only on
+// (seed, offset, pair) and the pair's alphas, never on the grid or thread count.
 //
 // alpha < 1 (alpha <= 1 for methods that need alpha > 1): X = Y * U^(1/alpha) with
 // Y ~ Gamma(alpha + 1) (Marsaglia-Tsang 2000, note on p. 371), computed as
@@ -23,14 +25,14 @@ namespace wrs::gamma {
 
 enum class Method : int { kChengGA, kMarsagliaTsang, kAhrensDieterGC, kBestXG, kChengFeastGKM3 };
 
-// Words of one Philox block (4) or two (8): a candidate's randomness.
+// Words of one Philox block (4) or two (8): a pair's candidate, or its boost uniforms.
 template <typename acc_t>
 struct CandidateWords {
   static constexpr int kCount = sizeof(acc_t) == 4 ? 4 : 8;
   uint32_t w[kCount];
 };
 
-// The i-th uniform in (0, 1) of a candidate, both ends excluded. float: 23 bits,
+// The i-th uniform in (0, 1) of a block's words, both ends excluded. float: 23 bits,
 // (m + 1/2) 2^-23, exact in float; double: 53 bits from two words.
 template <typename acc_t>
 C10_HOST_DEVICE inline acc_t uniform(const CandidateWords<acc_t>& c, int i);
@@ -46,30 +48,94 @@ C10_HOST_DEVICE inline double uniform<double>(const CandidateWords<double>& c, i
   return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53;
 }
 
-// Uniforms per candidate (1 word each in float, 2 in double); the last is the boost's.
-constexpr int kUniforms = 4;
-
-// cos(2 pi u) and -cot(pi u) = tan(pi (u - 1/2)), with the device's pi-scaled intrinsics.
+// What one candidate of one element consumes: two uniforms, or a normal and a uniform.
 template <typename acc_t>
-C10_HOST_DEVICE inline acc_t cos_two_pi(acc_t u) {
-#ifdef __CUDA_ARCH__
-  return cospi(2 * u);
-#else
-  return std::cos(static_cast<acc_t>(6.283185307179586476925) * u);
-#endif
+struct Draw {
+  acc_t first, second;
+};
+
+// The usual split of a candidate block: uniforms 0, 1 to the pair's first element, 2, 3
+// to its second.
+template <typename acc_t>
+C10_HOST_DEVICE inline void split_uniforms(const CandidateWords<acc_t>& w, Draw<acc_t> (&d)[2]) {
+  d[0] = {uniform(w, 0), uniform(w, 1)};
+  d[1] = {uniform(w, 2), uniform(w, 3)};
 }
 
-template <typename acc_t>
-C10_HOST_DEVICE inline acc_t tan_pi_centered(acc_t u) {
+// Arithmetic inside the rejection loops. In float on the GPU these are the hardware
+// approximations (MUFU: absolute error ~2^-21 in log near 1, a few ulp elsewhere): they
+// move an accept/reject boundary by about one part in 10^6 of a candidate's density,
+// far below what 10^7-sample KS tests resolve, and cost a quarter of the exact calls.
+// The boost's log U / alpha, which sets the small-alpha tail, stays exact.
+namespace fast {
+
+template <typename T>
+C10_HOST_DEVICE inline T log(T x) {
 #ifdef __CUDA_ARCH__
-  acc_t s, c;
-  sincospi(u, &s, &c);
-  return -c / s;
-#else
-  const acc_t x = static_cast<acc_t>(3.14159265358979323846) * u;
-  return -std::cos(x) / std::sin(x);
+  if constexpr (sizeof(T) == 4) return __logf(x);
 #endif
+  return std::log(x);
 }
+
+template <typename T>
+C10_HOST_DEVICE inline T exp(T x) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return __expf(x);
+#endif
+  return std::exp(x);
+}
+
+template <typename T>
+C10_HOST_DEVICE inline T div(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return __fdividef(a, b);
+#endif
+  return a / b;
+}
+
+// sqrt(x) for x > 0.
+template <typename T>
+C10_HOST_DEVICE inline T sqrt(T x) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return x * rsqrtf(x);
+#endif
+  return std::sqrt(x);
+}
+
+template <typename T>
+C10_HOST_DEVICE inline T rsqrt(T x) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return rsqrtf(x);
+  return ::rsqrt(x);
+#endif
+  return 1 / std::sqrt(x);
+}
+
+// (sin, cos) of 2 pi (u - 1/2) for u in (0, 1): the argument stays in (-pi, pi).
+template <typename T>
+C10_HOST_DEVICE inline void sincos_two_pi(T u, T& s, T& c) {
+  const T theta = static_cast<T>(6.283185307179586476925) * (u - static_cast<T>(0.5));
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) {
+    __sincosf(theta, &s, &c);
+    return;
+  }
+#endif
+  s = std::sin(theta);
+  c = std::cos(theta);
+}
+
+// tan(pi (u - 1/2)) for u in (0, 1).
+template <typename T>
+C10_HOST_DEVICE inline T tan_pi_centered(T u) {
+  const T theta = static_cast<T>(3.14159265358979323846) * (u - static_cast<T>(0.5));
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return __fdividef(__sinf(theta), __cosf(theta));
+#endif
+  return std::tan(theta);
+}
+
+}  // namespace fast
 
 // Cheng (1977) GA: Burr XII proposal with lambda = sqrt(2 alpha - 1) (the thesis prints
 // a = sqrt(2 alpha - 1); Cheng's a is its reciprocal). alpha >= 1. No squeeze.
@@ -79,15 +145,17 @@ struct ChengGA {
   acc_t alpha, a, b, c;
   C10_HOST_DEVICE void setup(acc_t al) {
     alpha = al;
-    a = 1 / std::sqrt(2 * al - 1);
+    const acc_t lambda = fast::sqrt(2 * al - 1);
+    a = fast::div(acc_t(1), lambda);
     b = al - static_cast<acc_t>(1.3862943611198906);  // alpha - log 4
-    c = al + 1 / a;
+    c = al + lambda;
   }
-  C10_HOST_DEVICE bool attempt(const CandidateWords<acc_t>& w, acc_t& x) const {
-    const acc_t u1 = uniform(w, 0), u2 = uniform(w, 1);
-    const acc_t v = a * std::log(u1 / (1 - u1));
-    x = alpha * std::exp(v);
-    return b + c * v - x >= std::log(u1 * u1 * u2);
+  C10_HOST_DEVICE static void split(const CandidateWords<acc_t>& w, Draw<acc_t> (&d)[2]) { split_uniforms(w, d); }
+  C10_HOST_DEVICE bool attempt(const Draw<acc_t>& d, acc_t& x) const {
+    const acc_t u1 = d.first, u2 = d.second;
+    const acc_t v = a * fast::log(fast::div(u1, 1 - u1));
+    x = alpha * fast::exp(v);
+    return b + c * v - x >= fast::log(u1 * u1 * u2);
   }
 };
 
@@ -99,14 +167,21 @@ struct MarsagliaTsang {
   acc_t d, c;
   C10_HOST_DEVICE void setup(acc_t al) {
     d = al - static_cast<acc_t>(1) / 3;
-    c = 1 / std::sqrt(9 * d);
+    c = fast::rsqrt(9 * d);
   }
-  C10_HOST_DEVICE bool attempt(const CandidateWords<acc_t>& w, acc_t& x) const {
-    const acc_t z = std::sqrt(-2 * std::log(uniform(w, 0))) * cos_two_pi(uniform(w, 1));
+  // One Box-Muller: its two normals go to the pair's two elements.
+  C10_HOST_DEVICE static void split(const CandidateWords<acc_t>& w, Draw<acc_t> (&dr)[2]) {
+    const acc_t r = fast::sqrt(-2 * fast::log(uniform(w, 0)));
+    acc_t s, co;
+    fast::sincos_two_pi(uniform(w, 1), s, co);
+    dr[0] = {r * co, uniform(w, 2)};
+    dr[1] = {r * s, uniform(w, 3)};
+  }
+  C10_HOST_DEVICE bool attempt(const Draw<acc_t>& dr, acc_t& x) const {
+    const acc_t z = dr.first;
     const acc_t v = 1 + c * z;
-    const acc_t v3 = v * v * v;
-    x = d * v3;
-    return v > 0 && std::log(uniform(w, 2)) < z * z / 2 + d - x + 3 * d * std::log(v);
+    x = d * (v * v * v);
+    return v > 0 && fast::log(dr.second) < z * z / 2 + d - x + 3 * d * fast::log(v);
   }
 };
 
@@ -118,13 +193,14 @@ struct AhrensDieterGC {
   acc_t b, inv_a, s;
   C10_HOST_DEVICE void setup(acc_t al) {
     b = al - 1;
-    inv_a = 1 / (2 * al - 1);
-    s = std::sqrt(2 * al - 1);
+    inv_a = fast::div(acc_t(1), 2 * al - 1);
+    s = fast::sqrt(2 * al - 1);
   }
-  C10_HOST_DEVICE bool attempt(const CandidateWords<acc_t>& w, acc_t& x) const {
-    const acc_t t = s * tan_pi_centered(uniform(w, 0));
+  C10_HOST_DEVICE static void split(const CandidateWords<acc_t>& w, Draw<acc_t> (&d)[2]) { split_uniforms(w, d); }
+  C10_HOST_DEVICE bool attempt(const Draw<acc_t>& d, acc_t& x) const {
+    const acc_t t = s * fast::tan_pi_centered(d.first);
     x = b + t;
-    return x > 0 && std::log(uniform(w, 1)) <= b * std::log(x / b) - t + std::log1p(t * t * inv_a);
+    return x > 0 && fast::log(d.second) <= b * fast::log(fast::div(x, b)) - t + fast::log(1 + t * t * inv_a);
   }
 };
 
@@ -133,18 +209,19 @@ struct AhrensDieterGC {
 template <typename acc_t>
 struct BestXG {
   static constexpr bool kNeedsAlphaAboveOne = true;
-  acc_t b, c;
+  acc_t b, sqrt_c;
   C10_HOST_DEVICE void setup(acc_t al) {
     b = al - 1;
-    c = 3 * al - static_cast<acc_t>(0.75);
+    sqrt_c = fast::sqrt(3 * al - static_cast<acc_t>(0.75));
   }
-  C10_HOST_DEVICE bool attempt(const CandidateWords<acc_t>& w, acc_t& x) const {
-    const acc_t u = uniform(w, 0), v = uniform(w, 1);
+  C10_HOST_DEVICE static void split(const CandidateWords<acc_t>& w, Draw<acc_t> (&d)[2]) { split_uniforms(w, d); }
+  C10_HOST_DEVICE bool attempt(const Draw<acc_t>& d, acc_t& x) const {
+    const acc_t u = d.first, v = d.second;
     const acc_t ww = u * (1 - u);
-    const acc_t y = std::sqrt(c / ww) * (u - static_cast<acc_t>(0.5));
+    const acc_t y = fast::div(sqrt_c, fast::sqrt(ww)) * (u - static_cast<acc_t>(0.5));
     x = b + y;
     const acc_t z = 64 * ww * ww * ww * v * v;
-    return x > 0 && std::log(z) <= 2 * (b * std::log(x / b) - y);
+    return x > 0 && fast::log(z) <= 2 * (b * fast::log(fast::div(x, b)) - y);
   }
 };
 
@@ -159,71 +236,114 @@ struct ChengFeastGKM3 {
   acc_t a, b, half_a, shear;  // shear = 1 / sqrt(alpha) for GKM2, 0 for GKM1
   C10_HOST_DEVICE void setup(acc_t al) {
     a = al - 1;
-    b = (al - 1 / (6 * al)) / a;
+    b = fast::div(al - fast::div(acc_t(1), 6 * al), a);
     half_a = a / 2;
-    shear = al < static_cast<acc_t>(2.5) ? 0 : 1 / std::sqrt(al);
+    shear = al < static_cast<acc_t>(2.5) ? 0 : fast::rsqrt(al);
   }
-  C10_HOST_DEVICE bool attempt(const CandidateWords<acc_t>& w, acc_t& x) const {
-    const acc_t u1 = uniform(w, 0);
-    const acc_t u2 = shear == 0 ? uniform(w, 1) : u1 + shear * (1 - static_cast<acc_t>(1.86) * uniform(w, 1));
-    const acc_t ratio = b * u1 / u2;
+  C10_HOST_DEVICE static void split(const CandidateWords<acc_t>& w, Draw<acc_t> (&d)[2]) { split_uniforms(w, d); }
+  C10_HOST_DEVICE bool attempt(const Draw<acc_t>& d, acc_t& x) const {
+    const acc_t u1 = d.first;
+    const acc_t u2 = shear == 0 ? d.second : u1 + shear * (1 - static_cast<acc_t>(1.86) * d.second);
+    const acc_t ratio = fast::div(b * u1, u2);
     x = a * ratio;
-    return u2 > 0 && u2 < 1 && std::log(u2) < half_a * (std::log(ratio) + 1 - ratio);
+    return u2 > 0 && u2 < 1 && fast::log(u2) < half_a * (fast::log(ratio) + 1 - ratio);
   }
 };
 
-// One element's generation: start() once, then attempt() per candidate until it returns
-// true with the result (X, or log X when log_output) in `out`.
+// One element's generation: start(), set_boost() if start() asked for it, then
+// attempt() per candidate until it returns true with the result (X, or log X when
+// log_output) in `out`.
 template <typename acc_t, typename Gen>
 struct Element {
   enum Kind : int { kConstant, kDirect, kBoost };
   Gen gen;
-  acc_t alpha, inv_alpha;
+  acc_t alpha, inv_alpha, log_boost;  // log_boost = log(U) / alpha
   Kind kind;
 
-  C10_HOST_DEVICE void start(acc_t al) {
+  // Returns true when the element needs its boost uniform.
+  C10_HOST_DEVICE bool start(acc_t al) {
     alpha = al;
     if (al == 0 || al == std::numeric_limits<acc_t>::infinity() || !(al > 0)) {
       // Gamma(0) is 0, Gamma(inf) is inf; negative or NaN alpha (unvalidated) gives NaN
       // rather than a rejection loop that never accepts.
       if (!(al >= 0)) alpha = std::numeric_limits<acc_t>::quiet_NaN();
       kind = kConstant;
-      return;
+      return false;
     }
     const bool boost = Gen::kNeedsAlphaAboveOne ? al <= 1 : al < 1;
     kind = boost ? kBoost : kDirect;
-    inv_alpha = 1 / al;
+    inv_alpha = fast::div(acc_t(1), al);
     // al + 1 rounds to 1 for al below the epsilon: step just above 1, where the
     // alpha > 1 methods are defined (Gamma(1 + eps) and Gamma(1 + al) agree to eps).
     const acc_t boosted = al + 1 > 1 ? al + 1 : 1 + std::numeric_limits<acc_t>::epsilon();
     gen.setup(boost ? boosted : al);
+    return boost;
   }
 
-  C10_HOST_DEVICE bool attempt(const CandidateWords<acc_t>& w, bool log_output, acc_t& out) const {
+  // The boost's log U / alpha, exact: it sets the law's tail towards 0.
+  C10_HOST_DEVICE void set_boost(acc_t u) { log_boost = std::log(u) * inv_alpha; }
+
+  C10_HOST_DEVICE bool attempt(const Draw<acc_t>& d, bool log_output, acc_t& out) const {
     if (kind == kConstant) {
       out = log_output ? std::log(alpha) : alpha;
       return true;
     }
     acc_t y;
-    if (!gen.attempt(w, y)) return false;
+    if (!gen.attempt(d, y)) return false;
     if (kind == kDirect) {
-      out = log_output ? std::log(y) : y;
+      out = log_output ? fast::log(y) : y;
     } else {
-      const acc_t log_x = std::log(y) + std::log(uniform(w, kUniforms - 1)) * inv_alpha;
+      const acc_t log_x = fast::log(y) + log_boost;
       out = log_output ? log_x : std::exp(log_x);
     }
     return true;
   }
 };
 
-// Philox blocks each candidate consumes, and the most candidates an element may use
-// before its draws run into the next call's stream: the generator's offset advances by
-// kDrawsPerElement per call. Every method accepts a candidate with probability above
-// 0.3 for every alpha, so needing more than 256 has probability below 1e-39.
+// A pair of elements sharing a Philox subsequence (see the top of this file). Kernels
+// call start(), feed boost_words() if needs_boost, then candidate words to step() until
+// it returns true; results are in out[0], out[1] (out[1] unused when !has_second).
+template <typename acc_t, typename Gen>
+struct Pair {
+  Element<acc_t, Gen> e[2];
+  bool done[2];
+  bool needs_boost;
+  acc_t out[2];
+
+  C10_HOST_DEVICE void start(acc_t alpha0, acc_t alpha1, bool has_second) {
+    needs_boost = e[0].start(alpha0);
+    needs_boost |= e[1].start(has_second ? alpha1 : acc_t(0));  // a missing second is a constant
+    done[0] = false;
+    done[1] = !has_second;
+  }
+  C10_HOST_DEVICE void boost_words(const CandidateWords<acc_t>& w) {
+    e[0].set_boost(uniform(w, 0));
+    e[1].set_boost(uniform(w, 1));
+  }
+  C10_HOST_DEVICE bool step(const CandidateWords<acc_t>& w, bool log_output) {
+    Draw<acc_t> d[2];
+    Gen::split(w, d);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      acc_t r;
+      if (e[k].attempt(d[k], log_output, r) && !done[k]) {
+        done[k] = true;
+        out[k] = r;
+      }
+    }
+    return done[0] && done[1];
+  }
+};
+
+// Philox blocks per candidate, and the most candidates a pair may use before its draws
+// run into the next call's stream: the generator's offset advances by
+// kDrawsPerSubsequence per call (block 0 for the boost, then the candidates). Every
+// method accepts a candidate with probability above 0.3 for every alpha, so a pair
+// needing more than 255 has probability below 1e-38.
 template <typename acc_t>
 constexpr int kBlocksPerCandidate = CandidateWords<acc_t>::kCount / 4;
-constexpr int kMaxCandidates = 256;
-constexpr uint64_t kDrawsPerElement = 8 * kMaxCandidates;
+constexpr int kMaxCandidates = 255;
+constexpr uint64_t kDrawsPerSubsequence = 4 * (1 + 2 * kMaxCandidates);
 
 inline bool parse_method(c10::string_view name, Method& method) {
   if (name == "cheng_ga") method = Method::kChengGA;

@@ -1,5 +1,6 @@
-// standard_gamma on the CPU: at::parallel_for over elements, each drawing from its own
-// Philox subsequence (csrc/gamma/gamma.h), so results do not depend on the thread count.
+// standard_gamma on the CPU: at::parallel_for over pairs of elements, each pair drawing
+// from its own Philox subsequence (csrc/gamma/gamma.h), so results do not depend on the
+// thread count.
 #include "gamma/gamma_ops.h"
 
 #include "common/philox.h"
@@ -18,17 +19,26 @@ template <typename scalar_t, typename Gen>
 void standard_gamma_kernel(const scalar_t* alpha, scalar_t* out, int64_t n, bool log_output,
                            const PhiloxStreams& streams) {
   using acc_t = at::opmath_type<scalar_t>;
-  at::parallel_for(0, n, 2048, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      Element<acc_t, Gen> element;
-      element.start(static_cast<acc_t>(alpha[i]));
-      at::philox_engine bits = streams(static_cast<uint64_t>(i));
+  const int64_t pairs = (n + 1) / 2;
+  at::parallel_for(0, pairs, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t i = 2 * j;
+      const bool has_second = i + 1 < n;
+      Pair<acc_t, Gen> pair;
+      pair.start(static_cast<acc_t>(alpha[i]), has_second ? static_cast<acc_t>(alpha[i + 1]) : acc_t(0),
+                 has_second);
+      at::philox_engine bits = streams(static_cast<uint64_t>(j));
       CandidateWords<acc_t> words;
-      acc_t result;
+      for (int b = 0; b < 4; ++b) words.w[b] = bits();  // block 0: the boost uniforms
+      if (pair.needs_boost) {
+        for (int b = 4; b < CandidateWords<acc_t>::kCount; ++b) words.w[b] = 0;
+        pair.boost_words(words);
+      }
       do {
         for (auto& w : words.w) w = bits();
-      } while (!element.attempt(words, log_output, result));
-      out[i] = static_cast<scalar_t>(result);
+      } while (!pair.step(words, log_output));
+      out[i] = static_cast<scalar_t>(pair.out[0]);
+      if (has_second) out[i + 1] = static_cast<scalar_t>(pair.out[1]);
     }
   });
 }

@@ -1,10 +1,10 @@
-// standard_gamma on CUDA: persistent threads, each walking the elements i, i + T,
-// i + 2T, ... (T threads in the grid), one rejection candidate per loop trip. A lane
-// whose candidate is accepted stores it and moves to its next element while the others
-// keep trying, so a warp never waits for its slowest lane's element: it runs about
-// elements / acceptance-rate trips instead of the sum over elements of the worst lane's
-// candidate count (Ericsson 2024, sec. 2.7). Element i draws from Philox subsequence i
-// (gamma.h), so the output depends only on the seed, not on the grid.
+// standard_gamma on CUDA: persistent threads, each walking the pairs of elements
+// j, j + T, j + 2T, ... (T threads in the grid; pair j is elements 2j and 2j+1, drawing
+// from Philox subsequence j, see gamma.h), one rejection candidate per loop trip. A lane
+// whose pair is done stores it and moves to its next pair while the others keep trying,
+// so a warp never waits for its slowest lane's element: it runs about pairs / acceptance
+// trips instead of the sum over pairs of the worst lane's candidate count (Ericsson 2024,
+// sec. 2.7). The output depends only on the seed, not on the grid.
 #include "gamma/gamma_ops.h"
 
 #include "common/cuda_utils.cuh"
@@ -23,15 +23,15 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Philox blocks of one element's subsequence, in order (counter layout of curand_init).
-struct ElementBits {
+// Philox blocks of one pair's subsequence, in order (counter layout of curand_init).
+struct SubsequenceBits {
   uint2 key;
-  uint64_t block;       // offset / 4 + blocks consumed
+  uint64_t block;  // offset / 4 + blocks consumed
   uint64_t subsequence;
-  __device__ void start(const PhiloxSeed& seed, uint64_t element) {
+  __device__ void start(const PhiloxSeed& seed, uint64_t pair) {
     key = make_uint2(static_cast<uint32_t>(seed.seed), static_cast<uint32_t>(seed.seed >> 32));
     block = seed.offset / 4;
-    subsequence = element;
+    subsequence = pair;
   }
   template <typename acc_t>
   __device__ void next(CandidateWords<acc_t>& words) {
@@ -55,26 +55,46 @@ __global__ void __launch_bounds__(kThreads)
                           bool log_output, at::PhiloxCudaState philox) {
   using acc_t = at::opmath_type<scalar_t>;
   const PhiloxSeed seed = philox_seed(philox);
+  const int64_t pairs = (n + 1) / 2;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= n) return;
-  Element<acc_t, Gen> element;
-  element.start(static_cast<acc_t>(alpha[i]));
-  // The next element's alpha is loaded one element ahead, so accepting never waits on memory.
-  acc_t next_alpha = i + stride < n ? static_cast<acc_t>(alpha[i + stride]) : acc_t(0);
-  ElementBits bits;
-  bits.start(seed, i);
-  for (;;) {
+  int64_t j = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (j >= pairs) return;
+  // The next pair's alphas are loaded one pair ahead, so finishing never waits on memory.
+  auto load = [&](int64_t pair, acc_t& a0, acc_t& a1) {
+    a0 = static_cast<acc_t>(alpha[2 * pair]);
+    a1 = 2 * pair + 1 < n ? static_cast<acc_t>(alpha[2 * pair + 1]) : acc_t(0);
+  };
+  acc_t a0, a1, next0 = 0, next1 = 0;
+  load(j, a0, a1);
+  if (j + stride < pairs) load(j + stride, next0, next1);
+  Pair<acc_t, Gen> pair;
+  SubsequenceBits bits;
+  // A pair's start: its subsequence; block 0 holds the boost uniforms, drawn only when
+  // an element needs one; the candidates follow from block 1.
+  auto begin_pair = [&] {
+    pair.start(a0, a1, 2 * j + 1 < n);
+    bits.start(seed, j);
+    if (pair.needs_boost) {
+      CandidateWords<acc_t> words;
+      bits.next(words);
+      pair.boost_words(words);
+    }
+    bits.block = seed.offset / 4 + 1;
+  };
+  begin_pair();
+  // One flat loop and no return inside it: lanes on different pairs stay converged
+  // instead of splitting the warp for good.
+  while (j < pairs) {
     CandidateWords<acc_t> words;
     bits.next(words);
-    acc_t result;
-    if (element.attempt(words, log_output, result)) {
-      out[i] = static_cast<scalar_t>(result);
-      i += stride;
-      if (i >= n) return;
-      element.start(next_alpha);
-      if (i + stride < n) next_alpha = static_cast<acc_t>(alpha[i + stride]);
-      bits.start(seed, i);
+    if (pair.step(words, log_output)) {
+      out[2 * j] = static_cast<scalar_t>(pair.out[0]);
+      if (2 * j + 1 < n) out[2 * j + 1] = static_cast<scalar_t>(pair.out[1]);
+      j += stride;
+      a0 = next0;
+      a1 = next1;
+      if (j + stride < pairs) load(j + stride, next0, next1);
+      if (j < pairs) begin_pair();
     }
   }
 }
@@ -89,7 +109,7 @@ void launch_standard_gamma(const at::Tensor& alpha, at::Tensor& out, bool log, c
   }();
   const int64_t n = alpha.numel();
   const int64_t resident = static_cast<int64_t>(blocks_per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int blocks = static_cast<int>(std::min(ceil_div(n, kThreads), resident));
+  const int blocks = static_cast<int>(std::min(ceil_div((n + 1) / 2, kThreads), resident));
   kernel<<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
       alpha.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n, log, philox);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -102,7 +122,7 @@ at::Tensor standard_gamma_cuda(const at::Tensor& alpha, c10::string_view method,
   const at::Tensor a = alpha.contiguous();
   at::Tensor out = at::empty_like(a);
   if (a.numel() == 0) return out;
-  const at::PhiloxCudaState philox = cuda_philox_state(generator, a.device().index(), kDrawsPerElement);
+  const at::PhiloxCudaState philox = cuda_philox_state(generator, a.device().index(), kDrawsPerSubsequence);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "standard_gamma_cuda", [&] {
     dispatch_method<at::opmath_type<scalar_t>>(
         m, [&](auto gen) { launch_standard_gamma<scalar_t, decltype(gen)>(a, out, log, philox); });

@@ -16,7 +16,4 @@ namespace wrs::gamma {
 Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, bool validate,
                             const char* op, const char* arg);
 
-// Above this many blocks per element the draws would overlap the next call's stream.
-static_assert(kBlocksPerCandidate<double> * kMaxCandidates * 4 <= kDrawsPerElement, "offset bound");
-
 }  // namespace wrs::gamma
