@@ -140,8 +140,8 @@ def test_generator_reproducible_and_advancing(device):
 
 
 def test_element_depends_only_on_its_index(device):
-    # Element i draws from Philox subsequence i: a prefix of the input gives a prefix of
-    # the output (the grid differs with the size; the values must not).
+    # Elements 2j and 2j+1 draw from Philox subsequence j: a prefix of the input gives a
+    # prefix of the output (the grid differs with the size; the values must not).
     a = torch.rand(300_000, device=device) * 5 + 0.05
     g = torch.Generator(device=device)
     g.manual_seed(21)
