@@ -21,6 +21,19 @@ TORCH_LIBRARY(wrs, m) {
         "Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
 
+  // Radix forests (monotone inverse CDF): weights [..., N] -> cdf int64 [..., N] (63-bit
+  // fixed point), guide int32 [..., cells] (a power of two; default about N), nodes int32
+  // [..., N, 2]. inverse_cdf maps u in [0, 1] (any float dtype and shape; [*batch, S] for
+  // a batch of forests, or any shape with `row` naming each u's forest) to the largest i
+  // with cdf[i] <= u, as a binary search would, so u1 <= u2 gives i1 <= i2. validate=True
+  // checks the values with one host read (pass False under CUDA-graph capture).
+  m.def("radix_forest(Tensor weights, int? cells=None, *, bool validate=True) -> (Tensor, Tensor, Tensor)");
+  m.def("inverse_cdf(Tensor cdf, Tensor guide, Tensor nodes, Tensor u, Tensor? row=None, *, "
+        "bool validate=True) -> Tensor");
+  m.def("radix_forest_sample(Tensor cdf, Tensor guide, Tensor nodes, SymInt num_samples, *, "
+        "Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
+
   // Gamma(alpha, 1) per element of alpha (any float dtype; arithmetic in float32, or
   // float64 for float64). method: "auto", "cheng_ga", "marsaglia_tsang",
   // "ahrens_dieter_gc", "best_xg", "cheng_feast_gkm3". log=True returns log X, exact

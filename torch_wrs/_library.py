@@ -39,3 +39,28 @@ def _multinomial_fake(input, num_samples, replacement=False, *, generator=None):
 @torch.library.register_fake("wrs::standard_gamma")
 def _standard_gamma_fake(alpha, method="auto", *, log=False, validate=True, generator=None):
     return torch.empty_like(alpha, memory_format=torch.contiguous_format)
+
+
+def _default_cells(n):
+    return 1 << min(max(int(n) - 1, 0).bit_length(), 30)
+
+
+@torch.library.register_fake("wrs::radix_forest")
+def _radix_forest_fake(weights, cells=None, *, validate=True):
+    torch._check(weights.dim() >= 1, lambda: "radix_forest: weights must have at least one dimension")
+    m = _default_cells(weights.shape[-1]) if cells is None else cells
+    return (
+        weights.new_empty(weights.shape, dtype=torch.int64),
+        weights.new_empty((*weights.shape[:-1], m), dtype=torch.int32),
+        weights.new_empty((*weights.shape, 2), dtype=torch.int32),
+    )
+
+
+@torch.library.register_fake("wrs::inverse_cdf")
+def _inverse_cdf_fake(cdf, guide, nodes, u, row=None, *, validate=True):
+    return u.new_empty(u.shape, dtype=torch.int64)
+
+
+@torch.library.register_fake("wrs::radix_forest_sample")
+def _radix_forest_sample_fake(cdf, guide, nodes, num_samples, *, generator=None):
+    return cdf.new_empty((*cdf.shape[:-1], num_samples), dtype=torch.int64)

@@ -4,6 +4,7 @@
     python -m torch_wrs.benchmark sampling       # alias sampling vs torch.multinomial and others
     python -m torch_wrs.benchmark multinomial    # torch_wrs.multinomial vs torch.multinomial, batched
     python -m torch_wrs.benchmark gamma          # standard_gamma / dirichlet vs torch, CuPy, JAX
+    python -m torch_wrs.benchmark radix          # radix forest build / inverse_cdf vs cumsum / searchsorted
 
 Each table row prints our time, what a user would run otherwise, their ratio, and the
 memory-traffic floor at this device's measured copy bandwidth.
@@ -15,6 +16,7 @@ import time
 import torch
 
 import torch_wrs
+from torch_wrs.radix_forest import search_loads, table1_weights
 
 
 def cuda_ms(fn, warmup=3, reps=20):
@@ -301,10 +303,88 @@ def gamma_cases(args):
         torch.cuda.empty_cache()
 
 
+def _radix_weights(kind, n, gen):
+    if kind in ("uniform", "power_law"):
+        return _weights(kind, (n,), gen).double()
+    w = table1_weights(n)[kind].cuda()
+    return w[torch.randperm(n, generator=gen, device="cuda")] if kind == "4 spikes" else w
+
+
+def radix_cases(args):
+    """Radix forests: build vs torch.cumsum, inverse_cdf vs torch.searchsorted and alias sampling."""
+    bw = copy_bandwidth()
+    gen = torch.Generator("cuda").manual_seed(0)
+    s = args.samples
+    cases = [(n, kind) for n in (10**3, 10**6, 10**7, 10**8) for kind in ("uniform", "power_law")]
+    cases += [(10**6, kind) for kind in table1_weights(8)]
+    build_rows, lookup_rows = [], []
+    for n, kind in cases:
+        w = _radix_weights(kind, n, gen)
+        w32 = w.float()
+        r = {"n": n, "kind": kind}
+        r["build"] = cuda_ms(lambda: torch_wrs.radix_forest(w, validate=False))
+        r["build32"] = cuda_ms(lambda: torch_wrs.radix_forest(w32, validate=False))
+        r["cumsum"] = cuda_ms(lambda: torch.cumsum(w, 0))
+        r["cumsum32"] = cuda_ms(lambda: torch.cumsum(w32, 0, dtype=torch.float64))
+        r["alias_build"] = cuda_ms(lambda: torch_wrs.alias_table(w, validate=False))
+        build_rows.append(r)
+        forest = torch_wrs.radix_forest(w)
+        cdf = torch.cumsum(w, 0)
+        cdf /= cdf[-1].clone()
+        u = torch.rand(s, device="cuda", dtype=torch.float64, generator=gen)
+        u32 = u.float()
+        table = torch_wrs.alias_table(w)
+        q = {"n": n, "kind": kind}
+        q["inverse"] = cuda_ms(lambda: torch_wrs.inverse_cdf(forest, u, validate=False))
+        q["inverse32"] = cuda_ms(lambda: torch_wrs.inverse_cdf(forest, u32, validate=False))
+        q["searchsorted"] = cuda_ms(lambda: torch.searchsorted(cdf, u), warmup=1, reps=5)
+        q["sample"] = cuda_ms(lambda: torch_wrs.radix_forest_sample(forest, s, generator=gen))
+        q["alias"] = cuda_ms(lambda: torch_wrs.alias_sample(table, s, generator=gen))
+        q["floor"] = 16 * s / bw * 1e3  # read 8-byte u, write 8-byte index
+        lookup_rows.append(q)
+        del w, w32, forest, cdf, u, u32, table
+        torch.cuda.empty_cache()
+
+    print(f"\nradix_forest build on {torch.cuda.get_device_name()} (ms, medians of CUDA events; "
+          f"copy bandwidth {bw / 1e12:.2f} TB/s; floor: read 8 + write 8 + 8 + 4 bytes per item)")
+    print("| N | weights | ours f64 | torch.cumsum f64 | ours / cumsum | ours f32 | cumsum f32->f64 | ours / cumsum | "
+          "alias_table f64 | floor |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in build_rows:
+        floor = 28 * r["n"] / bw * 1e3
+        print(f"| {r['n']:,} | {r['kind']} | {r['build']:.3f} | {r['cumsum']:.3f} | {r['build'] / r['cumsum']:.2f} | "
+              f"{r['build32']:.3f} | {r['cumsum32']:.3f} | {r['build32'] / r['cumsum32']:.2f} | "
+              f"{r['alias_build']:.3f} | {floor:.3f} |")
+    rate = lambda ms: s / (ms * 1e-3) / 1e9  # noqa: E731
+    print(f"\nLookups, {s:,} per case (G lookups/s): inverse_cdf on float64 and float32 u vs torch.searchsorted "
+          "(float64 cdf and u); radix_forest_sample vs alias_sample (ordered)")
+    print("| N | weights | inverse_cdf f64 | inverse_cdf f32 | torch.searchsorted | inverse / searchsorted | "
+          "radix_forest_sample | alias_sample | sample / alias | floor (f64 u) |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for q in lookup_rows:
+        print(f"| {q['n']:,} | {q['kind']} | {rate(q['inverse']):.1f} | {rate(q['inverse32']):.1f} | "
+              f"{rate(q['searchsorted']):.2f} | {q['searchsorted'] / q['inverse']:.1f}x | {rate(q['sample']):.1f} | "
+              f"{rate(q['alias']):.1f} | {q['alias'] / q['sample']:.2f} | {rate(q['floor']):.1f} |")
+
+    print("\nLoads per lookup, the paper's Table 1 distributions (N = 100, 128 cells; guide entry + cdf values "
+          "compared): maximum / average / average over 32 lanes")
+    print("| distribution | cutpoint + binary search | cutpoint + radix forest |")
+    print("| --- | --- | --- |")
+    u = torch.rand(1 << 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    for kind, w in table1_weights(100).items():
+        f = torch_wrs.RadixForest(w)
+        cols = []
+        for method in ("bisect", "forest"):
+            loads = search_loads(f, u, method)[0]
+            lanes = loads.view(-1, 32).max(1).values.double().mean().item()
+            cols.append(f"{loads.max().item()} / {loads.double().mean().item():.2f} / {lanes:.2f}")
+        print(f"| {kind} | {cols[0]} | {cols[1]} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma"])
-    parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling`")
+    parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "radix"])
+    parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling` and `radix`")
     parser.add_argument("--cpu-scaling", type=int, default=0, metavar="N",
                         help="also time the CPU build at N items on 1 thread and on all threads")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
@@ -313,7 +393,7 @@ def main():
     if not torch.cuda.is_available():
         raise SystemExit("torch_wrs.benchmark needs a CUDA device")
     {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases,
-     "gamma": gamma_cases}[args.what](args)
+     "gamma": gamma_cases, "radix": radix_cases}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 //      coalesced loads and its threads merge sub-ranges of it.
 #include "alias/alias_ops.h"
 #include "common/cuda_utils.cuh"
+#include "common/row_sums.cuh"
 #include "common/philox_cuda.cuh"
 
 #include <ATen/Dispatch.h>
@@ -25,9 +26,6 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/agent/single_pass_scan_operators.cuh>
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_segmented_reduce.cuh>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_iterator.h>
 #include <torch/library.h>
 
 namespace wrs::alias {
@@ -41,20 +39,6 @@ constexpr int kItems = 9;
 constexpr int64_t kTile = kThreads * kItems;          // partition tile of long rows
 constexpr int64_t kSection = kThreads * kItems;       // merge steps per pack block
 constexpr int64_t kSmallRow = kThreads * kItems;      // rows up to this: one block each
-constexpr int kSumItems = 32;                         // items per thread in the sum pass
-constexpr int64_t kSumTile = kThreads * kSumItems;
-
-struct RowSum {
-  double sum;
-  uint32_t flags;
-};
-
-struct AddRowSum {
-  __host__ __device__ RowSum operator()(const RowSum& a, const RowSum& b) const {
-    return RowSum{a.sum + b.sum, a.flags | b.flags};
-  }
-};
-
 struct AddClassPrefix {
   __host__ __device__ ClassPrefix operator()(const ClassPrefix& a, const ClassPrefix& b) const {
     return a + b;
@@ -79,11 +63,6 @@ using TileState = cub::ScanTileState<RowPrefix>;
 using TileLookback = cub::TilePrefixCallbackOp<RowPrefix, AddWithinRow, TileState>;
 
 __global__ void init_tile_state_kernel(TileState state, int tiles) { state.InitializeStatus(tiles); }
-
-struct MulBy {
-  int64_t k;
-  __host__ __device__ int64_t operator()(int64_t x) const { return x * k; }
-};
 
 // Tile `tile` of a [rows, n] array cut into tiles of `size` items that never cross rows.
 struct TileOf {
@@ -199,25 +178,6 @@ void build_small_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table
 }
 
 // ---- long rows: PSA in passes over tiles -------------------------------------------------
-
-template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
-    tile_sum_kernel(const scalar_t* w, int64_t n, int64_t tiles_per_row, RowSum* tile_sums) {
-  __shared__ typename cub::BlockReduce<RowSum, kThreads>::TempStorage tmp;
-  const TileOf t(blockIdx.x, n, tiles_per_row, kSumTile);
-  const scalar_t* p = w + t.row * n + t.first;
-  RowSum mine{0.0, 0u};
-#pragma unroll
-  for (int k = 0; k < kSumItems; ++k) {
-    const int64_t i = k * kThreads + threadIdx.x;  // striped: coalesced
-    if (i < t.count) {
-      const double x = static_cast<double>(p[i]);
-      mine = AddRowSum{}(mine, RowSum{x, weight_flags(x)});
-    }
-  }
-  const RowSum total = cub::BlockReduce<RowSum, kThreads>(tmp).Reduce(mine, AddRowSum{});
-  if (threadIdx.x == 0) tile_sums[blockIdx.x] = total;
-}
 
 __global__ void row_scale_kernel(const RowSum* sums, int64_t rows, int64_t n, RowScale* scale,
                                  uint32_t* status) {
@@ -352,12 +312,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T>
-T* scratch(std::vector<at::Tensor>& keep, const at::TensorOptions& opts, int64_t count) {
-  keep.push_back(at::empty({count * static_cast<int64_t>(sizeof(T))}, opts.dtype(at::kByte)));
-  return reinterpret_cast<T*>(keep.back().data_ptr());
-}
-
 void raise_if_flagged(const at::Tensor& status, cudaStream_t stream) {
   TORCH_CHECK(!stream_is_capturing(stream),
               "alias_table: validate=True reads the value checks back to the host, which "
@@ -375,16 +329,7 @@ void build_long_rows(const scalar_t* w, int64_t rows, int64_t n, bool validate, 
   auto* status_p = reinterpret_cast<uint32_t*>(status.data_ptr<int>());
 
   // 1. Row sums and value checks.
-  const int64_t sum_tiles_per_row = (n + kSumTile - 1) / kSumTile;
-  auto* tile_sums = scratch<RowSum>(keep, opts, rows * sum_tiles_per_row);
-  tile_sum_kernel<scalar_t><<<rows * sum_tiles_per_row, kThreads, 0, stream>>>(w, n, sum_tiles_per_row, tile_sums);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto* row_sums = scratch<RowSum>(keep, opts, rows);
-  auto starts = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), MulBy{sum_tiles_per_row});
-  cub_call([&](void* tmp, size_t& bytes) {
-    return cub::DeviceSegmentedReduce::Reduce(tmp, bytes, tile_sums, row_sums, rows, starts, starts + 1,
-                                              AddRowSum{}, RowSum{0.0, 0u}, stream);
-  });
+  const RowSum* row_sums = row_sums_cuda(w, rows, n, keep, opts, stream);
   auto* scale = scratch<RowScale>(keep, opts, rows);
   row_scale_kernel<<<ceil_div(rows, kThreads), kThreads, 0, stream>>>(row_sums, rows, n, scale, status_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -8,6 +8,10 @@
 
 namespace wrs {
 
+// validate=True checks read values back to the host; under CUDA-graph capture that is
+// forbidden, so this raises there (naming the op) instead of letting capture fail.
+void check_host_read_allowed(const at::Tensor& t, const char* op, const char* what);
+
 inline void check_floating(const at::Tensor& t, const char* op, const char* arg) {
   TORCH_CHECK(at::isFloatingType(t.scalar_type()), op, ": ", arg,
               " must be a floating-point tensor (float16, bfloat16, float32 or float64), got ",

@@ -5,8 +5,11 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <ATen/ops/empty.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace wrs {
 
@@ -37,6 +40,13 @@ template <typename Kernel>
 void prefer_shared_memory(Kernel kernel) {
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                       cudaSharedmemCarveoutMaxShared));
+}
+
+// Uninitialised scratch of `count` T's from torch's caching allocator, kept alive by `keep`.
+template <typename T>
+T* scratch(std::vector<at::Tensor>& keep, const at::TensorOptions& opts, int64_t count) {
+  keep.push_back(at::empty({count * static_cast<int64_t>(sizeof(T))}, opts.dtype(at::kByte)));
+  return reinterpret_cast<T*>(keep.back().data_ptr());
 }
 
 inline bool stream_is_capturing(cudaStream_t stream) {

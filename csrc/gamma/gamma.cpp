@@ -8,9 +8,6 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
-#ifdef WITH_CUDA
-#include <c10/cuda/CUDAGraphsC10Utils.h>
-#endif
 
 namespace wrs::gamma {
 
@@ -26,12 +23,7 @@ Method auto_method(at::ScalarType /*dtype*/) { return Method::kMarsagliaTsang; }
 // Beta, whose gammas are normalised) inf, and rows whose entries are all zero.
 void check_values(const at::Tensor& alpha, const char* op, const char* arg, bool normalised) {
   if (alpha.numel() == 0) return;
-#ifdef WITH_CUDA
-  TORCH_CHECK(!alpha.is_cuda() ||
-                  c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
-              op, ": validate=True reads ", arg, " back to the host, which CUDA-graph capture forbids; "
-              "pass validate=False when capturing");
-#endif
+  check_host_read_allowed(alpha, op, arg);
   std::vector<at::Tensor> found = {(alpha < 0).any(), alpha.isnan().any()};
   if (normalised) {
     found.push_back(alpha.isinf().any());

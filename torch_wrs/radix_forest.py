@@ -1,0 +1,205 @@
+"""Radix tree forests (Binder and Keller 2019): a monotone inverse CDF for quasi-Monte Carlo.
+
+``u1 <= u2`` always gives ``i1 <= i2``, so low-discrepancy points (Sobol, lattices) keep
+their uniformity after the mapping, which an alias table would scramble. Each lookup
+costs O(1) on average (a guide-table load and about one tree node) and returns exactly
+the index a binary search over the CDF would.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from . import _library  # noqa: F401  (registers torch.ops.wrs)
+
+_ONE = 1 << 63  # probability 1 in the cdf's fixed point
+_SATURATED = (1 << 63) - 1
+
+
+class RadixForest:
+    """Guide table plus radix tree forest for each row of ``weights`` (``[..., N]``, any float dtype).
+
+    Attributes are the op's three tensors: ``cdf`` (int64 ``[..., N]``: ``cdf[i]`` is
+    ``2**63`` times the probability mass before item ``i``, rounded down), ``guide``
+    (int32 ``[..., cells]``) and ``nodes`` (int32 ``[..., N, 2]``). ``cells`` must be a
+    power of two; by default it is the power of two at or above ``N``.
+
+    >>> f = RadixForest(torch.tensor([1.0, 0.0, 3.0]))
+    >>> f.inverse_cdf(torch.tensor([0.0, 0.2, 0.25, 0.9])).tolist()
+    [0, 0, 2, 2]
+    """
+
+    def __init__(
+        self,
+        weights: Optional[torch.Tensor],
+        cells: Optional[int] = None,
+        *,
+        validate: bool = True,
+        _parts: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None,
+    ):
+        parts = torch.ops.wrs.radix_forest(weights, cells, validate=validate) if _parts is None else _parts
+        self.cdf, self.guide, self.nodes = parts
+
+    @property
+    def num_categories(self) -> int:
+        return self.cdf.shape[-1]
+
+    @property
+    def num_cells(self) -> int:
+        return self.guide.shape[-1]
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.cdf.shape[:-1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.cdf.device
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """float64 ``[..., N]``: the probabilities a uniform ``u`` selects each item with."""
+        end = torch.full_like(self.cdf[..., :1], _SATURATED)
+        upper = torch.cat([self.cdf[..., 1:], end], dim=-1)
+        return (upper - self.cdf).to(torch.float64) / _ONE
+
+    def inverse_cdf(self, u: torch.Tensor, row: Optional[torch.Tensor] = None, *, validate: bool = True) -> torch.Tensor:
+        return inverse_cdf(self, u, row, validate=validate)
+
+    def sample(self, num_samples: int, *, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        return radix_forest_sample(self, num_samples, generator=generator)
+
+    def to(self, *args, **kwargs) -> "RadixForest":
+        parts = tuple(t.to(*args, **kwargs) for t in (self.cdf, self.guide, self.nodes))
+        if (parts[0].dtype, parts[1].dtype, parts[2].dtype) != (torch.int64, torch.int32, torch.int32):
+            raise RuntimeError("RadixForest.to: a forest keeps its dtypes; change only the device")
+        return RadixForest(None, _parts=parts)
+
+    def __repr__(self) -> str:
+        return (
+            f"RadixForest(batch_shape={tuple(self.batch_shape)}, num_categories={self.num_categories}, "
+            f"num_cells={self.num_cells}, device={self.device})"
+        )
+
+
+def radix_forest(weights: torch.Tensor, cells: Optional[int] = None, *, validate: bool = True) -> RadixForest:
+    """Builds one forest per row of ``weights``; see :class:`RadixForest`.
+
+    ``validate=True`` raises a RuntimeError for negative, NaN or inf weights and for rows
+    summing to zero; on CUDA that reads one word back to the host (pass ``False`` in CUDA
+    graphs). Zero weights are allowed and are never returned.
+    """
+    return RadixForest(weights, cells, validate=validate)
+
+
+def inverse_cdf(
+    forest: RadixForest, u: torch.Tensor, row: Optional[torch.Tensor] = None, *, validate: bool = True
+) -> torch.Tensor:
+    """Maps uniforms ``u`` in [0, 1] (any float dtype) to int64 item indices, monotonically.
+
+    One forest: ``u`` of any shape. A batch of forests ``[*batch, N]``: ``u`` of shape
+    ``[*batch, S]``, or any shape with ``row`` (same shape, int) naming the forest (index
+    into the flattened batch) of each ``u``. ``validate=True`` checks that u lies in
+    [0, 1] and rows are in range, with one host read.
+    """
+    return torch.ops.wrs.inverse_cdf(forest.cdf, forest.guide, forest.nodes, u, row, validate=validate)
+
+
+def radix_forest_sample(
+    forest: RadixForest, num_samples: int, *, generator: Optional[torch.Generator] = None
+) -> torch.Tensor:
+    """``num_samples`` i.i.d. draws per forest: int64 ``[*batch, num_samples]`` (Philox uniforms, 63 bits)."""
+    return torch.ops.wrs.radix_forest_sample(forest.cdf, forest.guide, forest.nodes, num_samples, generator=generator)
+
+
+class RadixForest2D:
+    """A two-dimensional distribution ``weights2d[r, c]`` sampled by inversion, as in the
+    paper's image example: a forest over the row sums picks the row from ``u[..., 0]``,
+    that row's conditional forest picks the column from ``u[..., 1]``. The map is monotone
+    in each coordinate, so a 2-D low-discrepancy sequence stays well distributed.
+    """
+
+    def __init__(self, weights2d: torch.Tensor, *, validate: bool = True):
+        if weights2d.dim() != 2:
+            raise RuntimeError(f"RadixForest2D: weights2d must be 2-D [rows, cols], got shape {tuple(weights2d.shape)}")
+        self.rows = RadixForest(weights2d.sum(-1, dtype=torch.float64), validate=validate)
+        # An all-zero row is never picked; give it a valid conditional all the same.
+        empty = (weights2d == 0).all(-1, keepdim=True)
+        self.cols = RadixForest(weights2d.masked_fill(empty, 1), validate=validate)
+
+    def inverse_cdf(self, u: torch.Tensor, *, validate: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
+        if u.dim() < 1 or u.shape[-1] != 2:
+            raise RuntimeError(f"RadixForest2D.inverse_cdf: u must have shape [..., 2], got {tuple(u.shape)}")
+        row = self.rows.inverse_cdf(u[..., 0], validate=validate)
+        col = self.cols.inverse_cdf(u[..., 1], row, validate=validate)
+        return row, col
+
+    def sample(self, num_samples: int, *, generator: Optional[torch.Generator] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        u = torch.rand(num_samples, 2, dtype=torch.float64, device=self.rows.device, generator=generator)
+        return self.inverse_cdf(u, validate=False)
+
+
+def sample_2d(
+    weights2d: torch.Tensor,
+    num_samples: Optional[int] = None,
+    *,
+    u: Optional[torch.Tensor] = None,
+    generator: Optional[torch.Generator] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(row, col) int64 indices from ``weights2d``: for the given uniforms ``u`` ([..., 2],
+    e.g. Sobol points) or for ``num_samples`` random ones. See :class:`RadixForest2D`."""
+    forest = RadixForest2D(weights2d)
+    if (u is None) == (num_samples is None):
+        raise RuntimeError("sample_2d: pass exactly one of num_samples and u")
+    return forest.inverse_cdf(u) if u is not None else forest.sample(num_samples, generator=generator)
+
+
+def _cell_shift(forest: RadixForest) -> int:
+    return 63 - (forest.num_cells.bit_length() - 1)
+
+
+def search_loads(forest: RadixForest, u: torch.Tensor, method: str = "forest") -> Tuple[torch.Tensor, torch.Tensor]:
+    """Memory loads per lookup (the guide entry plus each cdf value compared) and the index
+    found, for one forest and float64 ``u``: ``method="forest"`` walks the radix trees as
+    the kernels do; ``"bisect"`` is the cutpoint method with binary search over the items
+    overlapping the cell (the paper's baseline). A diagnostic in plain torch, not fast."""
+    if forest.cdf.dim() != 1:
+        raise RuntimeError("search_loads: takes one forest (1-D cdf)")
+    cdf, shift = forest.cdf, _cell_shift(forest)
+    x = (u.to(torch.float64) * float(_ONE)).to(torch.int64)
+    loads = torch.ones_like(x)
+    if method == "forest":
+        j = forest.guide[x >> shift].long()
+        while (j >= 0).any():
+            inner = j >= 0
+            at = j[inner]
+            j[inner] = forest.nodes[at, (x[inner] >= cdf[at]).long()].long()
+            loads += inner.long()
+        return loads, ~j
+    if method != "bisect":
+        raise RuntimeError(f"search_loads: method must be 'forest' or 'bisect', got '{method}'")
+    cell = x >> shift
+    lo = torch.searchsorted(cdf, cell << shift, right=True) - 1
+    last_key = torch.where(cell + 1 < forest.num_cells, ((cell + 1) << shift) - 1, _SATURATED - 1)
+    hi = torch.searchsorted(cdf, last_key, right=True) - 1
+    while (lo < hi).any():
+        active = lo < hi
+        mid = (lo + hi + 1) // 2
+        below = cdf[mid] <= x
+        lo = torch.where(active & below, mid, lo)
+        hi = torch.where(active & ~below, mid - 1, hi)
+        loads += active.long()
+    return loads, lo
+
+
+def table1_weights(n: int = 100) -> dict:
+    """The four distributions of the paper's Table 1 (Figure 12), float64 ``[n]``. "4 spikes":
+    four items 100 times heavier than the uniform rest (about 0.2 each)."""
+    i = torch.arange(n, dtype=torch.float64)
+    spikes = torch.ones(n, dtype=torch.float64)
+    spikes[torch.tensor([n // 8, 3 * n // 8, 5 * n // 8, 7 * n // 8])] = 100.0
+    return {
+        "i^20": (i + 1) ** 20,
+        "(i mod 32 + 1)^25": (i % 32 + 1) ** 25,
+        "(i mod 64 + 1)^35": (i % 64 + 1) ** 35,
+        "4 spikes": spikes,
+    }
