@@ -22,8 +22,8 @@ TORCH_LIBRARY(wrs, m) {
         {at::Tag::nondeterministic_seeded});
 
   // Radix forests (monotone inverse CDF): weights [..., N] -> cdf int64 [..., N] (63-bit
-  // fixed point), guide int32 [..., cells] (a power of two; default about N), nodes int32
-  // [..., N, 2]. inverse_cdf maps u in [0, 1] (any float dtype and shape; [*batch, S] for
+  // fixed point), guide int32 [..., cells] (a power of two; default about N), nodes int64
+  // [..., N, 2] (each node's key and its two int32 children). inverse_cdf maps u in [0, 1] (any float dtype and shape; [*batch, S] for
   // a batch of forests, or any shape with `row` naming each u's forest) to the largest i
   // with cdf[i] <= u, as a binary search would, so u1 <= u2 gives i1 <= i2. validate=True
   // checks the values with one host read (pass False under CUDA-graph capture).

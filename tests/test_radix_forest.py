@@ -152,6 +152,7 @@ def test_dtypes_and_non_contiguous(device, dtype):
     f = torch_wrs.RadixForest(w.to(device))
     ref = torch_wrs.RadixForest(w.contiguous().double().to(device))
     assert f.cdf.shape == (7, 50) and f.guide.shape == (7, 64) and f.nodes.shape == (7, 50, 2)
+    assert f.nodes.dtype == torch.int64 and torch.equal(f.nodes[..., 0], f.cdf)
     u = torch.rand(50, 7, generator=gen).to(dtype).t()  # [7, 50] non-contiguous uniforms
     got = f.inverse_cdf(u.to(device)).cpu()
     assert torch.equal(got, binary_search(f.cdf.cpu(), u))

@@ -52,7 +52,7 @@ def _radix_forest_fake(weights, cells=None, *, validate=True):
     return (
         weights.new_empty(weights.shape, dtype=torch.int64),
         weights.new_empty((*weights.shape[:-1], m), dtype=torch.int32),
-        weights.new_empty((*weights.shape, 2), dtype=torch.int32),
+        weights.new_empty((*weights.shape, 2), dtype=torch.int64),
     )
 
 

@@ -20,7 +20,8 @@ class RadixForest:
 
     Attributes are the op's three tensors: ``cdf`` (int64 ``[..., N]``: ``cdf[i]`` is
     ``2**63`` times the probability mass before item ``i``, rounded down), ``guide``
-    (int32 ``[..., cells]``) and ``nodes`` (int32 ``[..., N, 2]``). ``cells`` must be a
+    (int32 ``[..., cells]``) and ``nodes`` (int64 ``[..., N, 2]``: node ``j`` splits at
+    key ``cdf[j]``, stored next to its two int32 children so a lookup step is one load). ``cells`` must be a
     power of two; by default it is the power of two at or above ``N``.
 
     >>> f = RadixForest(torch.tensor([1.0, 0.0, 3.0]))
@@ -70,7 +71,7 @@ class RadixForest:
 
     def to(self, *args, **kwargs) -> "RadixForest":
         parts = tuple(t.to(*args, **kwargs) for t in (self.cdf, self.guide, self.nodes))
-        if (parts[0].dtype, parts[1].dtype, parts[2].dtype) != (torch.int64, torch.int32, torch.int32):
+        if (parts[0].dtype, parts[1].dtype, parts[2].dtype) != (torch.int64, torch.int32, torch.int64):
             raise RuntimeError("RadixForest.to: a forest keeps its dtypes; change only the device")
         return RadixForest(None, _parts=parts)
 
@@ -172,7 +173,9 @@ def search_loads(forest: RadixForest, u: torch.Tensor, method: str = "forest") -
         while (j >= 0).any():
             inner = j >= 0
             at = j[inner]
-            j[inner] = forest.nodes[at, (x[inner] >= cdf[at]).long()].long()
+            children = forest.nodes[at, 1]
+            left, right = (children << 32) >> 32, children >> 32  # the int32 halves, sign-extended
+            j[inner] = torch.where(x[inner] < forest.nodes[at, 0], left, right)
             loads += inner.long()
         return loads, ~j
     if method != "bisect":

@@ -40,8 +40,8 @@ std::vector<int64_t> nodes_shape(const at::Tensor& weights) {
 }
 
 void check_forest(const at::Tensor& cdf, const at::Tensor& guide, const at::Tensor& nodes, const char* op) {
-  TORCH_CHECK(cdf.scalar_type() == at::kLong && guide.scalar_type() == at::kInt && nodes.scalar_type() == at::kInt,
-              op, ": (cdf, guide, nodes) must be the int64, int32, int32 tensors made by radix_forest, got ",
+  TORCH_CHECK(cdf.scalar_type() == at::kLong && guide.scalar_type() == at::kInt && nodes.scalar_type() == at::kLong,
+              op, ": (cdf, guide, nodes) must be the int64, int32, int64 tensors made by radix_forest, got ",
               cdf.scalar_type(), ", ", guide.scalar_type(), ", ", nodes.scalar_type());
   check_has_last_dim(cdf, op, "cdf");
   TORCH_CHECK(guide.dim() == cdf.dim() && nodes.dim() == cdf.dim() + 1, op,

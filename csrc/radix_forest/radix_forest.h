@@ -9,8 +9,9 @@
 //   guide int32 [M]      M = 2^k cells; cell g covers fixed-point values with top bits g.
 //                        A cell inside a single interval i holds ~i (negative); any other
 //                        holds the node id of its tree's root;
-//   nodes int32 [N, 2]   node j splits at cdf[j]: x < cdf[j] goes to child 0, else child 1.
-//                        A child >= 0 is a node id, a child < 0 is ~(the item).
+//   nodes int64 [N, 2]   node j splits at key cdf[j]: x < key goes to child 0, else child 1.
+//                        nodes[j] = (key, child 0 | child 1 << 32), one 16-byte load per
+//                        step of a lookup. A child >= 0 is a node id, < 0 is ~(the item).
 // The lookup returns the largest i with cdf[i] <= x: the same index as a binary search,
 // so the mapping is monotone, and a zero weight (cdf[i] == cdf[i+1]) is never returned.
 //
@@ -81,12 +82,15 @@ struct Distance {
 
 constexpr Distance kBoundary{~uint64_t(0), ~uint32_t(0)};
 
+// Where child c (0 or 1) of node j lives in a row's nodes viewed as int32 (little endian).
+C10_HOST_DEVICE inline int64_t child_slot(int64_t j, int c) { return 4 * j + 2 + c; }
+
 // Merges item i of a row upwards until it is the first child to reach a parent.
-// key(j): cdf of item j of the row; cell_shift: 63 - log2(cells); nodes, other_bound:
-// the row's [n, 2] node array and its [n] exchange array (all -1 at the start);
+// key(j): cdf of item j of the row; cell_shift: 63 - log2(cells); children: the row's
+// nodes viewed as int32 (child_slot); other_bound: the row's [n] exchange array (all -1);
 // exchange(p, v): atomically stores v at p and returns the old value.
 template <typename Key, typename Exchange>
-C10_HOST_DEVICE inline void merge_up(int64_t i, int64_t n, int cell_shift, const Key& key, int32_t* nodes,
+C10_HOST_DEVICE inline void merge_up(int64_t i, int64_t n, int cell_shift, const Key& key, int32_t* children,
                                      int32_t* other_bound, const Exchange& exchange) {
   const int64_t cell = key(i) >> cell_shift;
   // Distance between items a and a + 1, or kBoundary where they are in different cells.
@@ -99,14 +103,14 @@ C10_HOST_DEVICE inline void merge_up(int64_t i, int64_t n, int cell_shift, const
   if (i == 0 || (key(i - 1) >> cell_shift) != cell) {
     // First item of its cell: node i is the cell's entry; its left child is the interval
     // reaching in from the left (never taken when the cell starts exactly at cdf[i]).
-    nodes[2 * i] = ~static_cast<int32_t>(i > 0 ? i - 1 : 0);
+    children[child_slot(i, 0)] = ~static_cast<int32_t>(i > 0 ? i - 1 : 0);
   }
   int32_t node = ~static_cast<int32_t>(i);
   int64_t lo = i, hi = i;
   while (true) {
     const bool right_child = !(distance(lo - 1) > distance(hi));
     const int64_t parent = right_child ? lo : hi + 1;
-    nodes[2 * parent + (right_child ? 1 : 0)] = node;
+    children[child_slot(parent, right_child ? 1 : 0)] = node;
     const int32_t other = exchange(other_bound + parent, static_cast<int32_t>(right_child ? hi : lo));
     if (other < 0) return;  // the sibling is still on its way; it carries the merge up
     (right_child ? lo : hi) = other;
@@ -114,15 +118,47 @@ C10_HOST_DEVICE inline void merge_up(int64_t i, int64_t n, int cell_shift, const
   }
 }
 
-// Inverse CDF of key x on one row: the largest i with cdf[i] <= x.
-C10_HOST_DEVICE inline int64_t lookup(int64_t x, const int64_t* cdf, const int32_t* guide, const int32_t* nodes,
-                                      int64_t n, int cell_shift) {
-  int32_t j = guide[x >> cell_shift];
-  for (int step = 0; j >= 0 && j < n && step < kMaxDepth; ++step) {
-    j = nodes[2 * j + (x < cdf[j] ? 0 : 1)];
+// Node j of a row: its key and both children, in one 16-byte load on the GPU.
+C10_HOST_DEVICE inline void load_node(const int64_t* nodes, int32_t j, int64_t& key, int32_t& left, int32_t& right) {
+#if defined(__CUDA_ARCH__)
+  const longlong2 v = reinterpret_cast<const longlong2*>(nodes)[j];
+  key = v.x;
+  const uint64_t c = static_cast<uint64_t>(v.y);
+#else
+  key = nodes[2 * j];
+  const uint64_t c = static_cast<uint64_t>(nodes[2 * j + 1]);
+#endif
+  left = static_cast<int32_t>(static_cast<uint32_t>(c));
+  right = static_cast<int32_t>(static_cast<uint32_t>(c >> 32));
+}
+
+// Inverse CDF of K keys at once (K independent chains of loads in flight): for each,
+// the largest i with cdf[i] <= x on its row (guide and nodes: that row's).
+template <int K>
+C10_HOST_DEVICE inline void lookup(const int64_t (&x)[K], const int32_t* const (&guide)[K],
+                                   const int64_t* const (&nodes)[K], int64_t n, int cell_shift, int64_t (&out)[K]) {
+  int32_t j[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) j[k] = guide[k][x[k] >> cell_shift];
+  for (int step = 0; step < kMaxDepth; ++step) {
+    bool more = false;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (j[k] >= 0 && j[k] < n) {
+        int64_t key;
+        int32_t left, right;
+        load_node(nodes[k], j[k], key, left, right);
+        j[k] = x[k] < key ? left : right;
+        more = true;
+      }
+    }
+    if (!more) break;
   }
-  const int64_t i = j < 0 ? ~static_cast<int64_t>(j) : 0;
-  return i < n ? i : n - 1;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i = j[k] < 0 ? ~static_cast<int64_t>(j[k]) : 0;
+    out[k] = i < n ? i : n - 1;
+  }
 }
 
 }  // namespace wrs::radix

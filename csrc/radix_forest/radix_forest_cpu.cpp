@@ -21,7 +21,7 @@ constexpr int64_t kGrain = int64_t(1) << 12;  // items per task of the per-item 
 
 template <typename scalar_t>
 void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool validate, int64_t* cdf, int32_t* guide,
-               int32_t* nodes) {
+               int64_t* nodes) {
   const int64_t per_row = (n + kChunk - 1) / kChunk;
   const int64_t chunks = rows * per_row;
   auto chunk_begin = [&](int64_t c) { return (c / per_row) * n + (c % per_row) * kChunk; };
@@ -75,7 +75,7 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
       const double sc = cdf_scale(total[r]);
       uint64_t prefix = offset[c];
       for (int64_t k = chunk_begin(c); k < chunk_end(c); ++k) {
-        cdf[k] = cdf_value(prefix, total[r], sc);
+        cdf[k] = nodes[2 * k] = cdf_value(prefix, total[r], sc);
         prefix += quantized(k);
       }
     }
@@ -92,7 +92,7 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t r = k / n;
       const int64_t* row_cdf = cdf + r * n;
-      merge_up(k - r * n, n, shift, [&](int64_t j) { return row_cdf[j]; }, nodes + 2 * r * n,
+      merge_up(k - r * n, n, shift, [&](int64_t j) { return row_cdf[j]; }, reinterpret_cast<int32_t*>(nodes + 2 * r * n),
                other_bound.data() + r * n, exchange);
     }
   });
@@ -120,13 +120,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> radix_forest_cpu(const at::Tensor
   const at::Tensor w = weights.contiguous();
   at::Tensor cdf = at::empty(w.sizes(), w.options().dtype(at::kLong));
   at::Tensor guide = at::empty(guide_shape(w, bits), w.options().dtype(at::kInt));
-  at::Tensor nodes = at::empty(nodes_shape(w), w.options().dtype(at::kInt));
+  at::Tensor nodes = at::empty(nodes_shape(w), w.options().dtype(at::kLong));
   const int64_t n = w.size(-1);
   const int64_t rows = w.numel() / n;
   if (rows == 0) return {cdf, guide, nodes};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "radix_forest_cpu", [&] {
     build_cpu(w.const_data_ptr<scalar_t>(), rows, n, bits, validate, cdf.mutable_data_ptr<int64_t>(),
-              guide.mutable_data_ptr<int32_t>(), nodes.mutable_data_ptr<int32_t>());
+              guide.mutable_data_ptr<int32_t>(), nodes.mutable_data_ptr<int64_t>());
   });
   return {cdf, guide, nodes};
 }
@@ -136,16 +136,19 @@ template <typename KeyOf>
 void lookup_all(const at::Tensor& cdf, const at::Tensor& guide, const at::Tensor& nodes, int64_t count,
                 const KeyOf& key_and_row, int64_t* out) {
   const ForestShape f = forest_shape(cdf, guide);
-  const int64_t* c = cdf.const_data_ptr<int64_t>();
   const int32_t* g = guide.const_data_ptr<int32_t>();
-  const int32_t* nd = nodes.const_data_ptr<int32_t>();
+  const int64_t* nd = nodes.const_data_ptr<int64_t>();
   const int shift = kFractionBits - f.cell_bits;
   const int64_t m = int64_t(1) << f.cell_bits;
   at::parallel_for(0, count, kGrain, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       int64_t row = 0;
-      const int64_t x = key_and_row(k, row);
-      out[k] = lookup(x, c + row * f.n, g + row * m, nd + 2 * row * f.n, f.n, shift);
+      const int64_t x[1] = {key_and_row(k, row)};
+      const int32_t* const gp[1] = {g + row * m};
+      const int64_t* const np[1] = {nd + 2 * row * f.n};
+      int64_t i[1];
+      lookup<1>(x, gp, np, f.n, shift, i);
+      out[k] = i[0];
     }
   });
 }

@@ -1,8 +1,9 @@
 // Radix forests on CUDA. The build is load-balanced over items, never over trees:
 //   1. float64 row sums and value checks (common/row_sums.cuh), per-row quantization,
 //   2. one CUB exclusive scan of the quantized weights of all rows (exact uint64 sums),
-//   3. one thread per item: its cdf value, the last item of each cell, and Algorithm 1
-//      (merge upwards with one atomicExch per merge),
+//   3. one thread per item: its cdf value (normalized once, here) and the last item of
+//      each cell; then one thread per item again for Algorithm 1 (merge upwards with one
+//      atomicExch per merge) on the stored cdf,
 //   4. one CUB scan over all cells: each cell learns the last item before it, which is
 //      the interval covering it when it holds no key, and its first item's node when it does.
 // Only validate=True reads anything back (one status word).
@@ -80,54 +81,82 @@ struct AtomicExchange {
   __device__ int32_t operator()(int32_t* p, int32_t v) const { return atomicExch(p, v); }
 };
 
+// One thread per item, blocks in index order: the items a block touches (and their
+// neighbours' cdf, nodes and exchange slots) are contiguous and touched once, so lines
+// are complete in L2 when written back. (A grid-stride loop over 10^8 items spread each
+// block's items over the whole array and ran ~10x slower, DRAM-latency bound.)
+template <typename Body>
+__device__ inline void for_each_item(int64_t items, const Body& body) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k < items) body(k);
+}
+
 __global__ void __launch_bounds__(kThreads)
-    build_kernel(const uint64_t* sums, int64_t items, int64_t n, int cell_bits, RowOf row_of, int64_t* cdf,
-                 int32_t* nodes, int32_t* other_bound, int32_t* last_in_cell) {
+    cdf_kernel(const uint64_t* sums, int64_t items, int64_t n, int cell_bits, RowOf row_of, int64_t* cdf,
+               int64_t* nodes, int32_t* last_in_cell) {
   const int shift = kFractionBits - cell_bits;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < items;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for_each_item(items, [&](int64_t k) {
     const int64_t r = row_of(k), i = k - r * n;
     const RowKeys key(sums, r, n);
     const int64_t mine = key(i);
     cdf[k] = mine;
+    nodes[2 * k] = mine;
     const int64_t cell = mine >> shift;
     if (i + 1 == n || (key(i + 1) >> shift) != cell) {
       last_in_cell[(r << cell_bits) + cell] = static_cast<int32_t>(i);
     }
-    merge_up(i, n, shift, key, nodes + 2 * r * n, other_bound + r * n, AtomicExchange{});
-  }
+  });
 }
 
-// The guide scan: a summary of a run of cells (within one row, from its last row start):
-// the largest last-item over all its cells but the last, and the last cell's own.
+__global__ void __launch_bounds__(kThreads)
+    merge_kernel(const int64_t* cdf, int64_t items, int64_t n, int cell_bits, RowOf row_of, int64_t* nodes,
+                 int32_t* other_bound) {
+  for_each_item(items, [&](int64_t k) {
+    const int64_t r = row_of(k);
+    const int64_t* row_cdf = cdf + r * n;
+    merge_up(k - r * n, n, kFractionBits - cell_bits, [&](int64_t j) { return row_cdf[j]; },
+             reinterpret_cast<int32_t*>(nodes + 2 * r * n),
+             other_bound + r * n, AtomicExchange{});
+  });
+}
+
+// The guide scan runs over one 64-bit word per cell, summarising a run of cells within
+// one row (from its last row start): bit 63 says the run holds a row start; bits 62-32
+// hold 1 + the largest last-item over all its cells but the last (0: none); bits 31-0
+// hold 1 + the last cell's own last item (0: the cell holds no key).
 struct CellRun {
-  int32_t before;  // -1: none
-  int32_t own;     // -1: the last cell holds no key
-  bool starts_row;
+  static __host__ __device__ uint64_t make(bool starts_row, int64_t before, int64_t own) {
+    return (uint64_t(starts_row) << 63) | (uint64_t(before + 1) << 32) | uint64_t(own + 1);
+  }
+  static __host__ __device__ bool starts_row(uint64_t v) { return v >> 63; }
+  static __host__ __device__ int64_t before(uint64_t v) { return int64_t((v >> 32) & 0x7FFFFFFF) - 1; }
+  static __host__ __device__ int64_t own(uint64_t v) { return int64_t(v & 0xFFFFFFFF) - 1; }
 };
 
 struct ConcatCellRuns {
-  __host__ __device__ CellRun operator()(const CellRun& a, const CellRun& b) const {
-    if (b.starts_row) return b;
-    const int32_t m = a.before > a.own ? a.before : a.own;
-    return CellRun{m > b.before ? m : b.before, b.own, a.starts_row};
+  __host__ __device__ uint64_t operator()(uint64_t a, uint64_t b) const {
+    if (CellRun::starts_row(b)) return b;
+    int64_t m = CellRun::before(a) > CellRun::own(a) ? CellRun::before(a) : CellRun::own(a);
+    m = m > CellRun::before(b) ? m : CellRun::before(b);
+    return CellRun::make(CellRun::starts_row(a), m, CellRun::own(b));
   }
 };
 
 struct CellRunOf {
   const int32_t* last_in_cell;
   int64_t cells_mask;
-  __host__ __device__ CellRun operator()(int64_t c) const {
-    return CellRun{-1, last_in_cell[c], (c & cells_mask) == 0};
+  __host__ __device__ uint64_t operator()(int64_t c) const {
+    return CellRun::make((c & cells_mask) == 0, -1, last_in_cell[c]);
   }
 };
 
 // A cell holding keys points at its first item's node (one past the last item before it);
 // an empty one lies inside the interval of the last item before it.
 struct GuideEntry {
-  __host__ __device__ int32_t operator()(const CellRun& run) const {
-    if (run.own >= 0) return run.before + 1;
-    return ~(run.before > 0 ? run.before : 0);
+  __host__ __device__ int32_t operator()(uint64_t run) const {
+    const int64_t before = CellRun::before(run);
+    if (CellRun::own(run) >= 0) return static_cast<int32_t>(before + 1);
+    return ~static_cast<int32_t>(before > 0 ? before : 0);
   }
 };
 
@@ -138,7 +167,7 @@ void raise_if_flagged(const at::Tensor& status) {
 
 template <typename scalar_t>
 void build_cuda(const scalar_t* w, int64_t rows, int64_t n, int bits, bool validate, int64_t* cdf, int32_t* guide,
-                int32_t* nodes, const at::TensorOptions& opts, cudaStream_t stream) {
+                int64_t* nodes, const at::TensorOptions& opts, cudaStream_t stream) {
   std::vector<at::Tensor> keep;  // scratch from torch's caching allocator
   const int64_t items = rows * n;
   const int64_t cells = rows << bits;
@@ -166,8 +195,10 @@ void build_cuda(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valid
   auto* last_in_cell = scratch<int32_t>(keep, opts, cells);
   C10_CUDA_CHECK(cudaMemsetAsync(other_bound, 0xFF, items * sizeof(int32_t), stream));
   C10_CUDA_CHECK(cudaMemsetAsync(last_in_cell, 0xFF, cells * sizeof(int32_t), stream));
-  build_kernel<<<grid_for(items, kThreads), kThreads, 0, stream>>>(prefix, items, n, bits, row_of, cdf, nodes,
-                                                                    other_bound, last_in_cell);
+  cdf_kernel<<<ceil_div(items, kThreads), kThreads, 0, stream>>>(prefix, items, n, bits, row_of, cdf, nodes,
+                                                                     last_in_cell);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  merge_kernel<<<ceil_div(items, kThreads), kThreads, 0, stream>>>(cdf, items, n, bits, row_of, nodes, other_bound);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
   // 4. Guide.
@@ -187,14 +218,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> radix_forest_cuda(const at::Tenso
   const at::Tensor w = weights.contiguous();
   at::Tensor cdf = at::empty(w.sizes(), w.options().dtype(at::kLong));
   at::Tensor guide = at::empty(guide_shape(w, bits), w.options().dtype(at::kInt));
-  at::Tensor nodes = at::empty(nodes_shape(w), w.options().dtype(at::kInt));
+  at::Tensor nodes = at::empty(nodes_shape(w), w.options().dtype(at::kLong));
   const int64_t n = w.size(-1);
   const int64_t rows = w.numel() / n;
   if (rows == 0) return {cdf, guide, nodes};
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "radix_forest_cuda", [&] {
     build_cuda(w.const_data_ptr<scalar_t>(), rows, n, bits, validate, cdf.mutable_data_ptr<int64_t>(),
-               guide.mutable_data_ptr<int32_t>(), nodes.mutable_data_ptr<int32_t>(), w.options(), stream);
+               guide.mutable_data_ptr<int32_t>(), nodes.mutable_data_ptr<int64_t>(), w.options(), stream);
   });
   return {cdf, guide, nodes};
 }
@@ -202,44 +233,88 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> radix_forest_cuda(const at::Tenso
 // ---- lookups -----------------------------------------------------------------------------
 
 struct Forest {
-  const int64_t* cdf;
   const int32_t* guide;
-  const int32_t* nodes;
+  const int64_t* nodes;
   int64_t rows, n;
   int cell_bits;
-  __device__ int64_t operator()(int64_t x, int64_t row) const {
-    return lookup(x, cdf + row * n, guide + (row << cell_bits), nodes + 2 * row * n, n, kFractionBits - cell_bits);
-  }
 };
+
+// Contiguous nodes on a 16-byte boundary (a lookup step is one 16-byte load).
+at::Tensor aligned_nodes(const at::Tensor& nodes) {
+  const at::Tensor c = nodes.contiguous();
+  return reinterpret_cast<uintptr_t>(c.const_data_ptr()) % 16 == 0 ? c : c.clone();
+}
 
 Forest forest_of(const at::Tensor& cdf, const at::Tensor& guide, const at::Tensor& nodes) {
   const ForestShape f = forest_shape(cdf, guide);
-  return Forest{cdf.const_data_ptr<int64_t>(), guide.const_data_ptr<int32_t>(), nodes.const_data_ptr<int32_t>(),
-                f.rows, f.n, f.cell_bits};
+  return Forest{guide.const_data_ptr<int32_t>(), nodes.const_data_ptr<int64_t>(), f.rows, f.n, f.cell_bits};
 }
 
-// u[k] looked up in forest row[k] (row given), or k / per_row.
-template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
-    inverse_kernel(Forest forest, const scalar_t* u, const int64_t* row, int64_t count, RowOf row_of, int64_t* out) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t r = row ? row[k] : row_of(k);
-    r = r < 0 ? 0 : (r < forest.rows ? r : forest.rows - 1);
-    out[k] = forest(key_of(static_cast<double>(u[k])), r);
+// Lookups in flight per thread: independent load chains hide the latency of each.
+constexpr int kLookups = 4;
+
+// Looks up keys x[k] in forest rows row[k] and stores the indices at out[e[k]] (those
+// below count).
+__device__ inline void lookup_and_store(const Forest& f, const int64_t (&e)[kLookups], const int64_t (&x)[kLookups],
+                                        const int64_t (&row)[kLookups], int64_t count, int64_t* out) {
+  int64_t i[kLookups];
+  const int32_t* guide[kLookups];
+  const int64_t* nodes[kLookups];
+#pragma unroll
+  for (int k = 0; k < kLookups; ++k) {
+    const int64_t r = row[k] < 0 ? 0 : (row[k] < f.rows ? row[k] : f.rows - 1);
+    guide[k] = f.guide + (r << f.cell_bits);
+    nodes[k] = f.nodes + 2 * r * f.n;
+  }
+  lookup<kLookups>(x, guide, nodes, f.n, kFractionBits - f.cell_bits, i);
+#pragma unroll
+  for (int k = 0; k < kLookups; ++k) {
+    if (e[k] < count) out[e[k]] = i[k];
   }
 }
 
-// Sample e uses half of Philox block e / 2 (as the CPU and the alias sampler do).
+// u[e] looked up in forest row[e] (row given), or e / per_row. A thread takes elements
+// e0 + k * threads, so every load and store instruction is coalesced across the warp.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    inverse_kernel(Forest forest, const scalar_t* u, const int64_t* row, int64_t count, RowOf row_of, int64_t* out) {
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e0 < count;
+       e0 += threads * kLookups) {
+    int64_t e[kLookups], x[kLookups], r[kLookups];
+#pragma unroll
+    for (int k = 0; k < kLookups; ++k) {
+      e[k] = e0 + k * threads;
+      const bool valid = e[k] < count;
+      x[k] = valid ? key_of(static_cast<double>(u[e[k]])) : 0;
+      r[k] = !valid ? 0 : (row ? row[e[k]] : row_of(e[k]));
+    }
+    lookup_and_store(forest, e, x, r, count, out);
+  }
+}
+
+// Samples 2p and 2p + 1 use the two halves of Philox block p (as on the CPU, and as the
+// alias sampler does); a thread takes pairs p0 and p0 + threads.
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(Forest forest, int64_t count, RowOf row_of, at::PhiloxCudaState philox, int64_t* out) {
   const PhiloxSeed seed = philox_seed(philox);
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t pairs = (count + 1) / 2;
-  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
-       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint4 b = philox_block_cuda(seed, static_cast<uint64_t>(p));
-    out[2 * p] = forest(key_of_bits(b.x, b.y), row_of(2 * p));
-    if (2 * p + 1 < count) out[2 * p + 1] = forest(key_of_bits(b.z, b.w), row_of(2 * p + 1));
+  for (int64_t p0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p0 < pairs;
+       p0 += threads * (kLookups / 2)) {
+    int64_t e[kLookups], x[kLookups], r[kLookups];
+#pragma unroll
+    for (int k = 0; k < kLookups; k += 2) {
+      const int64_t p = p0 + (k / 2) * threads;
+      const uint4 b = philox_block_cuda(seed, static_cast<uint64_t>(p));
+      e[k] = 2 * p;
+      e[k + 1] = 2 * p + 1;
+      x[k] = key_of_bits(b.x, b.y);
+      x[k + 1] = key_of_bits(b.z, b.w);
+      r[k] = e[k] < count ? row_of(e[k]) : 0;
+      r[k + 1] = e[k + 1] < count ? row_of(e[k + 1]) : 0;
+    }
+    lookup_and_store(forest, e, x, r, count, out);
   }
 }
 
@@ -248,7 +323,7 @@ at::Tensor inverse_cdf_cuda(const at::Tensor& cdf_in, const at::Tensor& guide_in
   check_forest(cdf_in, guide_in, nodes_in, "inverse_cdf");
   check_lookup(cdf_in, u_in, row_in, validate);
   const c10::cuda::CUDAGuard guard(cdf_in.device());
-  const at::Tensor cdf = cdf_in.contiguous(), guide = guide_in.contiguous(), nodes = nodes_in.contiguous();
+  const at::Tensor cdf = cdf_in.contiguous(), guide = guide_in.contiguous(), nodes = aligned_nodes(nodes_in);
   const at::Tensor u = u_in.contiguous();
   at::Tensor out = at::empty(u.sizes(), u.options().dtype(at::kLong));
   if (u.numel() == 0) return out;
@@ -256,7 +331,7 @@ at::Tensor inverse_cdf_cuda(const at::Tensor& cdf_in, const at::Tensor& guide_in
   const int64_t per_row = cdf.dim() > 1 && !row.defined() ? u.size(-1) : u.numel();
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, u.scalar_type(), "inverse_cdf_cuda", [&] {
-    inverse_kernel<scalar_t><<<grid_for(u.numel(), kThreads), kThreads, 0, stream>>>(
+    inverse_kernel<scalar_t><<<grid_for(ceil_div(u.numel(), kLookups), kThreads), kThreads, 0, stream>>>(
         forest_of(cdf, guide, nodes), u.const_data_ptr<scalar_t>(),
         row.defined() ? row.const_data_ptr<int64_t>() : nullptr, u.numel(), RowOf(per_row),
         out.mutable_data_ptr<int64_t>());
@@ -270,7 +345,7 @@ at::Tensor radix_forest_sample_cuda(const at::Tensor& cdf_in, const at::Tensor& 
   check_forest(cdf_in, guide_in, nodes_in, "radix_forest_sample");
   check_num_samples(num_samples);
   const c10::cuda::CUDAGuard guard(cdf_in.device());
-  const at::Tensor cdf = cdf_in.contiguous(), guide = guide_in.contiguous(), nodes = nodes_in.contiguous();
+  const at::Tensor cdf = cdf_in.contiguous(), guide = guide_in.contiguous(), nodes = aligned_nodes(nodes_in);
   auto shape = cdf.sizes().vec();
   shape.back() = num_samples;
   at::Tensor out = at::empty(shape, cdf.options());
@@ -279,7 +354,7 @@ at::Tensor radix_forest_sample_cuda(const at::Tensor& cdf_in, const at::Tensor& 
   // Each pair of samples reads one Philox block of its own subsequence: 4 draws.
   const auto philox = cuda_philox_state(generator, cdf.device().index(), 4);
   const auto stream = at::cuda::getCurrentCUDAStream();
-  sample_kernel<<<grid_for((count + 1) / 2, kThreads), kThreads, 0, stream>>>(
+  sample_kernel<<<grid_for(ceil_div((count + 1) / 2, kLookups / 2), kThreads), kThreads, 0, stream>>>(
       forest_of(cdf, guide, nodes), count, RowOf(num_samples), philox, out.mutable_data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
