@@ -1,6 +1,8 @@
-// Loads the TorchScript module that tests/test_alias_integration.py exported, runs it
-// through the torch_wrs library built by CMake, and checks it reproduces the samples
-// Python drew with the same seed, bit for bit.
+// Loads a TorchScript sampler that pytest exported (an alias-table one from
+// tests/test_alias_integration.py, a radix-forest one from
+// tests/test_radix_forest_integration.py: forward(weights, num_samples), with buffers
+// `weights` and `expected`), runs it through the torch_wrs library built by CMake, and
+// checks it reproduces the samples Python drew with the same seed, bit for bit.
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -8,7 +10,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::cerr << "usage: test_torchscript <alias_module.pt written by pytest>\n";
+    std::cerr << "usage: test_torchscript <module.pt written by pytest>\n";
     return 2;
   }
   torch::jit::Module module;
