@@ -275,7 +275,8 @@ __device__ inline void lookup_and_store(const Forest& f, const int64_t (&e)[kLoo
 
 // u[e] looked up in forest row[e] (row given), or e / per_row. A thread takes elements
 // e0 + k * threads, so every load and store instruction is coalesced across the warp.
-template <typename scalar_t>
+// kOneRow (one forest) skips the row arithmetic.
+template <typename scalar_t, bool kOneRow>
 __global__ void __launch_bounds__(kThreads)
     inverse_kernel(Forest forest, const scalar_t* u, const int64_t* row, int64_t count, RowOf row_of, int64_t* out) {
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -287,7 +288,7 @@ __global__ void __launch_bounds__(kThreads)
       e[k] = e0 + k * threads;
       const bool valid = e[k] < count;
       x[k] = valid ? key_of(static_cast<double>(u[e[k]])) : 0;
-      r[k] = !valid ? 0 : (row ? row[e[k]] : row_of(e[k]));
+      r[k] = kOneRow || !valid ? 0 : (row ? row[e[k]] : row_of(e[k]));
     }
     lookup_and_store(forest, e, x, r, count, out);
   }
@@ -295,6 +296,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // Samples 2p and 2p + 1 use the two halves of Philox block p (as on the CPU, and as the
 // alias sampler does); a thread takes pairs p0 and p0 + threads.
+template <bool kOneRow>
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(Forest forest, int64_t count, RowOf row_of, at::PhiloxCudaState philox, int64_t* out) {
   const PhiloxSeed seed = philox_seed(philox);
@@ -311,8 +313,8 @@ __global__ void __launch_bounds__(kThreads)
       e[k + 1] = 2 * p + 1;
       x[k] = key_of_bits(b.x, b.y);
       x[k + 1] = key_of_bits(b.z, b.w);
-      r[k] = e[k] < count ? row_of(e[k]) : 0;
-      r[k + 1] = e[k + 1] < count ? row_of(e[k + 1]) : 0;
+      r[k] = kOneRow || e[k] >= count ? 0 : row_of(e[k]);
+      r[k + 1] = kOneRow || e[k + 1] >= count ? 0 : row_of(e[k + 1]);
     }
     lookup_and_store(forest, e, x, r, count, out);
   }
@@ -329,12 +331,13 @@ at::Tensor inverse_cdf_cuda(const at::Tensor& cdf_in, const at::Tensor& guide_in
   if (u.numel() == 0) return out;
   const at::Tensor row = row_in.has_value() ? row_in->contiguous().to(at::kLong) : at::Tensor();
   const int64_t per_row = cdf.dim() > 1 && !row.defined() ? u.size(-1) : u.numel();
+  const Forest forest = forest_of(cdf, guide, nodes);
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, u.scalar_type(), "inverse_cdf_cuda", [&] {
-    inverse_kernel<scalar_t><<<grid_for(ceil_div(u.numel(), kLookups), kThreads), kThreads, 0, stream>>>(
-        forest_of(cdf, guide, nodes), u.const_data_ptr<scalar_t>(),
-        row.defined() ? row.const_data_ptr<int64_t>() : nullptr, u.numel(), RowOf(per_row),
-        out.mutable_data_ptr<int64_t>());
+    const auto kernel = forest.rows == 1 ? inverse_kernel<scalar_t, true> : inverse_kernel<scalar_t, false>;
+    kernel<<<grid_for(ceil_div(u.numel(), kLookups), kThreads), kThreads, 0, stream>>>(
+        forest, u.const_data_ptr<scalar_t>(), row.defined() ? row.const_data_ptr<int64_t>() : nullptr, u.numel(),
+        RowOf(per_row), out.mutable_data_ptr<int64_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -354,8 +357,10 @@ at::Tensor radix_forest_sample_cuda(const at::Tensor& cdf_in, const at::Tensor& 
   // Each pair of samples reads one Philox block of its own subsequence: 4 draws.
   const auto philox = cuda_philox_state(generator, cdf.device().index(), 4);
   const auto stream = at::cuda::getCurrentCUDAStream();
-  sample_kernel<<<grid_for(ceil_div((count + 1) / 2, kLookups / 2), kThreads), kThreads, 0, stream>>>(
-      forest_of(cdf, guide, nodes), count, RowOf(num_samples), philox, out.mutable_data_ptr<int64_t>());
+  const Forest forest = forest_of(cdf, guide, nodes);
+  const auto kernel = forest.rows == 1 ? sample_kernel<true> : sample_kernel<false>;
+  kernel<<<grid_for(ceil_div((count + 1) / 2, kLookups / 2), kThreads), kThreads, 0, stream>>>(
+      forest, count, RowOf(num_samples), philox, out.mutable_data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
