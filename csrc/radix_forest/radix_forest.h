@@ -17,8 +17,8 @@
 //
 // Build (Algorithm 1 of the paper): every item starts as a leaf and merges upwards in
 // parallel. A range [lo, hi] is the child of the neighbour it is closer to, where the
-// distance between adjacent keys is their XOR (the highest differing bit is the level of
-// the implicit bisection of [0, 1) that separates them). The parent of a right child is
+// distance between adjacent keys is the highest bit in which they differ (the level of
+// the implicit bisection of [0, 1) that separates them; gap_code below). The parent of a right child is
 // node lo, of a left child node hi + 1 (Apetrei's enumeration). The second child to
 // arrive at a parent (an atomic exchange tells) carries the merged range further up.
 // Ranges never merge across a cell boundary, so each cell gets its own tree, whose root
@@ -69,51 +69,74 @@ C10_HOST_DEVICE inline int64_t key_of_bits(uint32_t hi, uint32_t lo) {
   return static_cast<int64_t>(((static_cast<uint64_t>(hi) << 32) | lo) >> 1);
 }
 
-// Distance between adjacent items a and a + 1: their keys' XOR, ties (equal keys, from
-// zero weights) broken by the XOR of their indices so runs of equal keys still form
-// balanced trees. Compared lexicographically; cell and row boundaries are the maximum.
-struct Distance {
-  uint64_t key;
-  uint32_t index;
-  C10_HOST_DEVICE bool operator>(const Distance& o) const {
-    return key != o.key ? key > o.key : index > o.index;
-  }
-};
+// How far apart adjacent items a and a + 1 are, as one 16-bit code: the level of the
+// highest bit in which their keys differ (1..63, 0 for equal keys), then the trailing
+// ones of a (the level of a ^ (a + 1), so runs of equal keys, from zero weights, still
+// form balanced trees). Items in different cells are kGapBoundary apart. A range merges
+// across the nearer of its two gaps, ties to the left: a strict order, so every merge
+// order gives the same tree.
+constexpr uint16_t kGapBoundary = 0xFFFF;
 
-constexpr Distance kBoundary{~uint64_t(0), ~uint32_t(0)};
+C10_HOST_DEVICE inline int highest_bit_level(uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return 64 - __clzll(static_cast<long long>(x));
+#else
+  return x == 0 ? 0 : 64 - __builtin_clzll(x);
+#endif
+}
 
-// Where child c (0 or 1) of node j lives in a row's nodes viewed as int32 (little endian).
-C10_HOST_DEVICE inline int64_t child_slot(int64_t j, int c) { return 4 * j + 2 + c; }
+C10_HOST_DEVICE inline uint16_t gap_code(int64_t key_a, int64_t key_b, int64_t a, int cell_shift) {
+  if ((key_a >> cell_shift) != (key_b >> cell_shift)) return kGapBoundary;
+  const int trailing_ones = highest_bit_level(static_cast<uint64_t>(a ^ (a + 1))) - 1;
+  return static_cast<uint16_t>(highest_bit_level(static_cast<uint64_t>(key_a ^ key_b)) << 8 | trailing_ones);
+}
+
+// Node j of a row: key and children in one 16-byte record, written in one store.
+C10_HOST_DEVICE inline void store_node(int64_t* nodes, int64_t j, int64_t key, int32_t left, int32_t right) {
+  const int64_t children =
+      static_cast<int64_t>((static_cast<uint64_t>(static_cast<uint32_t>(right)) << 32) | static_cast<uint32_t>(left));
+#if defined(__CUDA_ARCH__)
+  reinterpret_cast<longlong2*>(nodes)[j] = longlong2{key, children};
+#else
+  nodes[2 * j] = key;
+  nodes[2 * j + 1] = children;
+#endif
+}
+
+// What a child leaves at its parent for its sibling: its outer range bound and node id.
+constexpr uint64_t kNoSibling = ~uint64_t(0);
+C10_HOST_DEVICE inline uint64_t sibling_word(int64_t bound, int32_t node) {
+  return (static_cast<uint64_t>(bound) << 32) | static_cast<uint32_t>(node);
+}
 
 // Merges item i of a row upwards until it is the first child to reach a parent.
-// key(j): cdf of item j of the row; cell_shift: 63 - log2(cells); children: the row's
-// nodes viewed as int32 (child_slot); other_bound: the row's [n] exchange array (all -1);
-// exchange(p, v): atomically stores v at p and returns the old value.
-template <typename Key, typename Exchange>
-C10_HOST_DEVICE inline void merge_up(int64_t i, int64_t n, int cell_shift, const Key& key, int32_t* children,
-                                     int32_t* other_bound, const Exchange& exchange) {
-  const int64_t cell = key(i) >> cell_shift;
-  // Distance between items a and a + 1, or kBoundary where they are in different cells.
-  auto distance = [&](int64_t a) {
-    if (a < 0 || a + 1 >= n) return kBoundary;
-    const int64_t ka = key(a), kb = key(a + 1);
-    if ((ka >> cell_shift) != cell || (kb >> cell_shift) != cell) return kBoundary;
-    return Distance{static_cast<uint64_t>(ka ^ kb), static_cast<uint32_t>(a ^ (a + 1))};
-  };
-  if (i == 0 || (key(i - 1) >> cell_shift) != cell) {
-    // First item of its cell: node i is the cell's entry; its left child is the interval
-    // reaching in from the left (never taken when the cell starts exactly at cdf[i]).
-    children[child_slot(i, 0)] = ~static_cast<int32_t>(i > 0 ? i - 1 : 0);
-  }
+// gap(a): gap_code of items a and a + 1 of the row (only called for 0 <= a < n - 1);
+// cdf, nodes: the row's; waiting: the row's [n] exchange words (all kNoSibling at the
+// start); exchange(p, v): atomically stores v at p and returns the old value. The second
+// child to arrive knows both children and writes the parent's whole record, so every
+// node is written once, in one store.
+template <typename Gap, typename Exchange>
+C10_HOST_DEVICE inline void merge_up(int64_t i, int64_t n, const Gap& gap, const int64_t* cdf, int64_t* nodes,
+                                     uint64_t* waiting, const Exchange& exchange) {
+  auto distance = [&](int64_t a) { return a < 0 || a + 1 >= n ? kGapBoundary : gap(a); };
   int32_t node = ~static_cast<int32_t>(i);
   int64_t lo = i, hi = i;
   while (true) {
-    const bool right_child = !(distance(lo - 1) > distance(hi));
+    const uint16_t left_gap = distance(lo - 1);
+    const bool right_child = !(left_gap > distance(hi));
     const int64_t parent = right_child ? lo : hi + 1;
-    children[child_slot(parent, right_child ? 1 : 0)] = node;
-    const int32_t other = exchange(other_bound + parent, static_cast<int32_t>(right_child ? hi : lo));
-    if (other < 0) return;  // the sibling is still on its way; it carries the merge up
-    (right_child ? lo : hi) = other;
+    if (right_child && left_gap == kGapBoundary) {
+      // The whole cell: its root hangs right of node `lo`, the cell's entry, whose left
+      // child is the interval reaching into the cell from the left (never taken when the
+      // cell starts exactly at cdf[lo]).
+      store_node(nodes, lo, cdf[lo], ~static_cast<int32_t>(lo > 0 ? lo - 1 : 0), node);
+      return;
+    }
+    const uint64_t theirs = exchange(waiting + parent, sibling_word(right_child ? hi : lo, node));
+    if (theirs == kNoSibling) return;  // the sibling is still on its way; it carries the merge up
+    const int32_t sibling = static_cast<int32_t>(static_cast<uint32_t>(theirs));
+    store_node(nodes, parent, cdf[parent], right_child ? sibling : node, right_child ? node : sibling);
+    (right_child ? lo : hi) = static_cast<int64_t>(theirs >> 32);
     node = static_cast<int32_t>(parent);
   }
 }

@@ -75,7 +75,7 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
       const double sc = cdf_scale(total[r]);
       uint64_t prefix = offset[c];
       for (int64_t k = chunk_begin(c); k < chunk_end(c); ++k) {
-        cdf[k] = nodes[2 * k] = cdf_value(prefix, total[r], sc);
+        cdf[k] = cdf_value(prefix, total[r], sc);
         prefix += quantized(k);
       }
     }
@@ -83,17 +83,17 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
 
   // 3. Algorithm 1 over every item of every row at once.
   const int shift = kFractionBits - bits;
-  std::vector<int32_t> other_bound(rows * n);
+  std::vector<uint64_t> waiting(rows * n);
   at::parallel_for(0, rows * n, kGrain, [&](int64_t k0, int64_t k1) {
-    std::fill(other_bound.begin() + k0, other_bound.begin() + k1, -1);
+    std::fill(waiting.begin() + k0, waiting.begin() + k1, kNoSibling);
   });
-  auto exchange = [](int32_t* p, int32_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); };
+  auto exchange = [](uint64_t* p, uint64_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); };
   at::parallel_for(0, rows * n, kGrain, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t r = k / n;
       const int64_t* row_cdf = cdf + r * n;
-      merge_up(k - r * n, n, shift, [&](int64_t j) { return row_cdf[j]; }, reinterpret_cast<int32_t*>(nodes + 2 * r * n),
-               other_bound.data() + r * n, exchange);
+      merge_up(k - r * n, n, [&](int64_t a) { return gap_code(row_cdf[a], row_cdf[a + 1], a, shift); }, row_cdf,
+               nodes + 2 * r * n, waiting.data() + r * n, exchange);
     }
   });
 

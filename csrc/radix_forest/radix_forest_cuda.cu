@@ -1,9 +1,9 @@
 // Radix forests on CUDA. The build is load-balanced over items, never over trees:
 //   1. float64 row sums and value checks (common/row_sums.cuh), per-row quantization,
 //   2. one CUB exclusive scan of the quantized weights of all rows (exact uint64 sums),
-//   3. one thread per item: its cdf value (normalized once, here) and the last item of
-//      each cell; then one thread per item again for Algorithm 1 (merge upwards with one
-//      atomicExch per merge) on the stored cdf,
+//   3. one thread per item: its cdf value (normalized once, here), the gap code to its
+//      right neighbour and the last item of each cell; then one thread per item again for
+//      Algorithm 1 (merge upwards with one atomicExch per merge) on the 2-byte gap codes,
 //   4. one CUB scan over all cells: each cell learns the last item before it, which is
 //      the interval covering it when it holds no key, and its first item's node when it does.
 // Only validate=True reads anything back (one status word).
@@ -78,7 +78,9 @@ struct RowKeys {
 };
 
 struct AtomicExchange {
-  __device__ int32_t operator()(int32_t* p, int32_t v) const { return atomicExch(p, v); }
+  __device__ uint64_t operator()(uint64_t* p, uint64_t v) const {
+    return atomicExch(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+  }
 };
 
 // One thread per item, blocks in index order: the items a block touches (and their
@@ -93,30 +95,27 @@ __device__ inline void for_each_item(int64_t items, const Body& body) {
 
 __global__ void __launch_bounds__(kThreads)
     cdf_kernel(const uint64_t* sums, int64_t items, int64_t n, int cell_bits, RowOf row_of, int64_t* cdf,
-               int64_t* nodes, int32_t* last_in_cell) {
+               uint16_t* gaps, int32_t* last_in_cell) {
   const int shift = kFractionBits - cell_bits;
   for_each_item(items, [&](int64_t k) {
     const int64_t r = row_of(k), i = k - r * n;
     const RowKeys key(sums, r, n);
     const int64_t mine = key(i);
     cdf[k] = mine;
-    nodes[2 * k] = mine;
-    const int64_t cell = mine >> shift;
-    if (i + 1 == n || (key(i + 1) >> shift) != cell) {
-      last_in_cell[(r << cell_bits) + cell] = static_cast<int32_t>(i);
-    }
+    const uint16_t gap = i + 1 < n ? gap_code(mine, key(i + 1), i, shift) : kGapBoundary;
+    gaps[k] = gap;
+    if (gap == kGapBoundary) last_in_cell[(r << cell_bits) + (mine >> shift)] = static_cast<int32_t>(i);
   });
 }
 
 __global__ void __launch_bounds__(kThreads)
-    merge_kernel(const int64_t* cdf, int64_t items, int64_t n, int cell_bits, RowOf row_of, int64_t* nodes,
-                 int32_t* other_bound) {
+    merge_kernel(const uint16_t* gaps, const int64_t* cdf, int64_t items, int64_t n, RowOf row_of, int64_t* nodes,
+                 uint64_t* waiting) {
   for_each_item(items, [&](int64_t k) {
     const int64_t r = row_of(k);
-    const int64_t* row_cdf = cdf + r * n;
-    merge_up(k - r * n, n, kFractionBits - cell_bits, [&](int64_t j) { return row_cdf[j]; },
-             reinterpret_cast<int32_t*>(nodes + 2 * r * n),
-             other_bound + r * n, AtomicExchange{});
+    const uint16_t* row_gaps = gaps + r * n;
+    merge_up(k - r * n, n, [&](int64_t a) { return row_gaps[a]; }, cdf + r * n, nodes + 2 * r * n, waiting + r * n,
+             AtomicExchange{});
   });
 }
 
@@ -191,14 +190,15 @@ void build_cuda(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valid
   });
 
   // 3. cdf, last item per cell, and the trees.
-  auto* other_bound = scratch<int32_t>(keep, opts, items);
+  auto* waiting = scratch<uint64_t>(keep, opts, items);
   auto* last_in_cell = scratch<int32_t>(keep, opts, cells);
-  C10_CUDA_CHECK(cudaMemsetAsync(other_bound, 0xFF, items * sizeof(int32_t), stream));
+  C10_CUDA_CHECK(cudaMemsetAsync(waiting, 0xFF, items * sizeof(uint64_t), stream));  // kNoSibling
   C10_CUDA_CHECK(cudaMemsetAsync(last_in_cell, 0xFF, cells * sizeof(int32_t), stream));
-  cdf_kernel<<<ceil_div(items, kThreads), kThreads, 0, stream>>>(prefix, items, n, bits, row_of, cdf, nodes,
-                                                                     last_in_cell);
+  auto* gaps = scratch<uint16_t>(keep, opts, items);
+  cdf_kernel<<<ceil_div(items, kThreads), kThreads, 0, stream>>>(prefix, items, n, bits, row_of, cdf, gaps,
+                                                                   last_in_cell);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  merge_kernel<<<ceil_div(items, kThreads), kThreads, 0, stream>>>(cdf, items, n, bits, row_of, nodes, other_bound);
+  merge_kernel<<<ceil_div(items, kThreads), kThreads, 0, stream>>>(gaps, cdf, items, n, row_of, nodes, waiting);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
   // 4. Guide.
