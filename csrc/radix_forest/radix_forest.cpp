@@ -99,4 +99,10 @@ void check_num_samples(int64_t num_samples) {
   TORCH_CHECK(num_samples >= 0, "radix_forest_sample: num_samples must be non-negative, got ", num_samples);
 }
 
+std::vector<int64_t> sample_shape(const at::Tensor& cdf, int64_t num_samples) {
+  auto shape = cdf.sizes().vec();
+  shape.back() = num_samples;
+  return shape;
+}
+
 }  // namespace wrs::radix

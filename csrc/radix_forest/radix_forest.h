@@ -4,8 +4,10 @@
 // CUDA builds and lookups.
 //
 // Per row of N weights the structure is three arrays:
-//   cdf   int64 [N]      cdf[i] = floor(2^63 * (w_0 + ... + w_{i-1}) / W): interval i is
-//                        [cdf[i], cdf[i+1]), 63-bit fixed point, exactly non-decreasing;
+//   cdf   int64 [N]      cdf[i] ~ 2^63 * (w_0 + ... + w_{i-1}) / W, from exact integer sums
+//                        of the quantized weights (so exactly non-decreasing, and equal
+//                        where a weight is zero), normalised in float64 (error ~2^-52 of
+//                        the value). Interval i is [cdf[i], cdf[i+1]);
 //   guide int32 [M]      M = 2^k cells; cell g covers fixed-point values with top bits g.
 //                        A cell inside a single interval i holds ~i (negative); any other
 //                        holds the node id of its tree's root;
@@ -18,8 +20,8 @@
 // Build (Algorithm 1 of the paper): every item starts as a leaf and merges upwards in
 // parallel. A range [lo, hi] is the child of the neighbour it is closer to, where the
 // distance between adjacent keys is the highest bit in which they differ (the level of
-// the implicit bisection of [0, 1) that separates them; gap_code below). The parent of a right child is
-// node lo, of a left child node hi + 1 (Apetrei's enumeration). The second child to
+// the implicit bisection of [0, 1) that separates them; gap_code below). The parent of
+// a right child is node lo, of a left child node hi + 1 (Apetrei's enumeration). The second child to
 // arrive at a parent (an atomic exchange tells) carries the merged range further up.
 // Ranges never merge across a cell boundary, so each cell gets its own tree, whose root
 // becomes the right child of node `first` (the cell's first item, whose own slot is

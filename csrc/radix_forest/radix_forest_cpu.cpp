@@ -180,9 +180,7 @@ at::Tensor radix_forest_sample_cpu(const at::Tensor& cdf_in, const at::Tensor& g
   check_forest(cdf_in, guide_in, nodes_in, "radix_forest_sample");
   check_num_samples(num_samples);
   const at::Tensor cdf = cdf_in.contiguous(), guide = guide_in.contiguous(), nodes = nodes_in.contiguous();
-  auto shape = cdf.sizes().vec();
-  shape.back() = num_samples;
-  at::Tensor out = at::empty(shape, cdf.options());
+  at::Tensor out = at::empty(sample_shape(cdf, num_samples), cdf.options());
   if (out.numel() == 0) return out;
   const PhiloxSeed seed = cpu_philox_seed(generator);
   // Sample e uses half of Philox block e / 2 (as the alias sampler does).

@@ -349,9 +349,7 @@ at::Tensor radix_forest_sample_cuda(const at::Tensor& cdf_in, const at::Tensor& 
   check_num_samples(num_samples);
   const c10::cuda::CUDAGuard guard(cdf_in.device());
   const at::Tensor cdf = cdf_in.contiguous(), guide = guide_in.contiguous(), nodes = aligned_nodes(nodes_in);
-  auto shape = cdf.sizes().vec();
-  shape.back() = num_samples;
-  at::Tensor out = at::empty(shape, cdf.options());
+  at::Tensor out = at::empty(sample_shape(cdf, num_samples), cdf.options());
   const int64_t count = out.numel();
   if (count == 0) return out;
   // Each pair of samples reads one Philox block of its own subsequence: 4 draws.

@@ -36,5 +36,7 @@ struct ForestShape {
 ForestShape forest_shape(const at::Tensor& cdf, const at::Tensor& guide);
 
 void check_num_samples(int64_t num_samples);
+// [*batch, num_samples]: the shape of radix_forest_sample's output.
+std::vector<int64_t> sample_shape(const at::Tensor& cdf, int64_t num_samples);
 
 }  // namespace wrs::radix
