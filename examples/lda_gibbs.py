@@ -15,7 +15,8 @@ groups, closer to sequential Gibbs), and updates the counts after each group. Sa
   --sampler torch  the same with torch.multinomial: the baseline.
 
 Corpora: the UCI bag-of-words format (--docword docword.X.txt --vocab vocab.X.txt, as
-NYTimes and PubMed ship), or a synthetic corpus drawn from the LDA model itself with known
+NYTimes and PubMed ship), plain text with one document per paragraph (--text; the
+public-domain tests/data/state_of_the_union_2023.txt is the small real one), or a synthetic corpus drawn from the LDA model itself with known
 topics and a Zipf vocabulary (--synthetic small|medium|nytimes; the default, since these
 machines have no internet). At the end: the top words per topic, on synthetic data the
 topic-recovery score against the planted topics, and with --plot a PNG of the
@@ -23,6 +24,7 @@ log-likelihood per token against time for the samplers run.
 
     python examples/lda_gibbs.py --synthetic nytimes --iters 50 --sampler mh
     python examples/lda_gibbs.py --synthetic small --sampler mh exact torch --plot lda.png
+    python examples/lda_gibbs.py --text tests/data/state_of_the_union_2023.txt --topics 8 --iters 200
 """
 import argparse
 import math
@@ -102,6 +104,38 @@ def load_uci(docword_path, vocab_path=None, device="cpu"):
         with open(vocab_path) as f:
             vocab = [line.strip() for line in f]
     return Corpus(doc[order].to(device), word[order].to(device), num_docs, vocab_size, vocab)
+
+
+STOPWORDS = frozenset("""
+a about above after again against all also am an and any are as at be because been before being below between both
+but by can could did do does doing down during each even every few for from further get had has have having he her
+here hers him his how i if in into is it its just let like made make many may me more most much must my no nor not
+now of off on once one only or other our ours out over own same she should so some such than that the their them
+then there these they this those through to too under until up upon us very was we were what when where which while
+who whom why will with would yet you your
+""".split())
+
+
+def load_text(path, min_count=2, device="cpu"):
+    """A plain-text corpus: each blank-line-separated paragraph is a document; words are
+    lowercased runs of letters of 3 or more, without common English stopwords, kept if
+    they occur at least `min_count` times."""
+    import re
+
+    with open(path, encoding="utf-8") as f:
+        paragraphs = [p for p in re.split(r"\n\s*\n", f.read()) if p.strip()]
+    docs = [[t for t in re.findall(r"[a-z]+", p.lower()) if len(t) >= 3 and t not in STOPWORDS] for p in paragraphs]
+    counts = {}
+    for doc in docs:
+        for t in doc:
+            counts[t] = counts.get(t, 0) + 1
+    vocab = sorted(t for t, c in counts.items() if c >= min_count)
+    index = {t: i for i, t in enumerate(vocab)}
+    docs = [[index[t] for t in doc if t in index] for doc in docs]
+    docs = [doc for doc in docs if doc]
+    doc = torch.repeat_interleave(torch.arange(len(docs)), torch.tensor([len(d) for d in docs]))
+    word = torch.tensor([i for d in docs for i in d], dtype=torch.int64)
+    return Corpus(doc.to(device), word.to(device), len(docs), len(vocab), vocab)
 
 
 class LDA:
@@ -287,6 +321,7 @@ def main():
     parser.add_argument("--synthetic", choices=sorted(SYNTHETIC), default="small")
     parser.add_argument("--docword", help="UCI docword.X.txt (instead of a synthetic corpus)")
     parser.add_argument("--vocab", help="UCI vocab.X.txt")
+    parser.add_argument("--text", help="a plain-text file, one document per paragraph (e.g. tests/data/*.txt)")
     parser.add_argument("--sampler", nargs="+", choices=["mh", "exact", "torch"], default=["mh"])
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--topics", type=int, help="K (default: the synthetic preset's, or 100)")
@@ -302,6 +337,9 @@ def main():
     if args.docword:
         corpus = load_uci(args.docword, args.vocab, device)
         k = args.topics or 100
+    elif args.text:
+        corpus = load_text(args.text, device=device)
+        k = args.topics or 10
     else:
         docs, vocab, length, k_true = SYNTHETIC[args.synthetic]
         corpus = synthetic_corpus(docs, vocab, length, k_true, seed=args.seed, device=device)

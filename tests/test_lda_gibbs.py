@@ -63,3 +63,13 @@ def test_uci_bag_of_words(tmp_path):
     assert torch.bincount(c.word, minlength=4).tolist() == [5, 4, 1, 1]
     assert (c.doc[1:] >= c.doc[:-1]).all()
     lda_gibbs.train(c, "mh", 3, 2, 0.5, 0.01, check=True, progress=False)
+
+
+def test_real_corpus_runs_on_the_cpu():
+    path = os.path.join(os.path.dirname(__file__), "data", "state_of_the_union_2023.txt")
+    c = lda_gibbs.load_text(path)
+    assert c.num_docs > 300 and c.vocab_size > 500 and c.num_tokens > 2500
+    assert {"medicare", "jobs", "cancer", "democracy"} <= set(c.vocab)
+    for sampler in ("mh", "exact"):
+        model, history = lda_gibbs.train(c, sampler, 30, 8, 0.5, 0.01, check=True, progress=False)
+        assert history[-1][2] > history[0][2], f"{sampler}: the log-likelihood did not improve"
