@@ -170,7 +170,7 @@ class LDA:
         nk = self.n_k[k].float() - own
         return (ndk + self.alpha) * (nwk + self.beta) / (nk + vb)
 
-    def sweep(self, sampler, phases=4, chunk=1 << 16):
+    def sweep(self, sampler, phases=4, mh_cycles=1, chunk=1 << 16):
         """One pass over all tokens, in `phases` interleaved groups (token t in group t mod
         phases): each group is resampled at once from the counts left by the groups
         before it, then the counts are updated. More phases, closer to sequential Gibbs."""
@@ -180,7 +180,8 @@ class LDA:
             t = slice(p, None, phases)
             d, w, s = self.c.doc[t], self.c.word[t], self.z[t]
             if sampler == "mh":
-                new = self._resample_mh(torch.arange(p, self.c.num_tokens, phases, device=d.device), d, w, s)
+                t_index = torch.arange(p, self.c.num_tokens, phases, device=d.device)
+                new = self._resample_mh(t_index, d, w, s, mh_cycles)
             else:
                 multinomial = torch_wrs.multinomial if sampler == "exact" else torch.multinomial
                 new = torch.cat([self._resample_exact(d[i:i + chunk], w[i:i + chunk], s[i:i + chunk], multinomial)
@@ -213,34 +214,39 @@ class LDA:
         self.z_start, self.n_dk_start = self.z.clone(), self.n_dk.clone()
         self.n_wk_start, self.n_k_start = self.n_wk.clone(), self.n_k.clone()
 
-    def _resample_mh(self, t, d, w, s0):
+    def _resample_mh(self, t, d, w, s0, cycles=1):
+        """`cycles` rounds of a word-proposal and a document-proposal MH step per token."""
         K, gen, n, device = self.K, self.gen, d.numel(), d.device
-        # Word proposal from the word's alias table: a uniform bucket, a 32-bit coin.
-        bucket = torch.randint(K, (n,), device=device, generator=gen)
-        coin = torch.randint(1 << 32, (n,), device=device, generator=gen)
-        entry = self.word_table[w, bucket]
-        k = torch.where(coin < (entry & 0xFFFFFFFF), bucket, entry >> 32)
-        # The tables count the token itself (at s0, the sweep's start): take it out of the
-        # proposal's density too, so the acceptance sees the other tokens only.
         vb = self.c.vocab_size * self.beta
+
+        # The word tables count the token itself (at s0, the sweep's start): take it out of
+        # the proposal's density, so the acceptance sees the other tokens only.
         def q_w(x):
             own = (x == s0).float()
             return (self.n_wk_start[w, x].float() - own + self.beta) / (self.n_k_start[x].float() - own + vb)
-        s = self._accept(d, w, s0, s0, k, q_w(s0), q_w(k))
+
         # Document proposal, q_d(k) ~ n_dk + alpha over the document's other tokens at the
         # sweep's start: the topic of one of them at random, or a uniform topic. It does not
         # depend on the token's own topic, so this step is exact MH.
-        others = self.doc_length[d].float() - 1
-        from_doc = torch.rand(n, device=device, generator=gen) * (others + K * self.alpha) < others
-        pick = self.doc_start[d] + (torch.rand(n, device=device, generator=gen) * others).long()
-        pick += (pick >= t).long()  # skip the token itself
-        uniform = torch.randint(K, (n,), device=device, generator=gen)
-        k = torch.where(from_doc, self.z_start[pick.clamp(max=self.c.num_tokens - 1)], uniform)
-
         def q_d(x):
             return self.n_dk_start[d, x].float() - (x == s0).float() + self.alpha
 
-        return self._accept(d, w, s0, s, k, q_d(s), q_d(k))
+        others = self.doc_length[d].float() - 1
+        s = s0
+        for _ in range(cycles):
+            # Word proposal from the word's alias table: a uniform bucket, a 32-bit coin.
+            bucket = torch.randint(K, (n,), device=device, generator=gen)
+            coin = torch.randint(1 << 32, (n,), device=device, generator=gen)
+            entry = self.word_table[w, bucket]
+            k = torch.where(coin < (entry & 0xFFFFFFFF), bucket, entry >> 32)
+            s = self._accept(d, w, s0, s, k, q_w(s), q_w(k))
+            from_doc = torch.rand(n, device=device, generator=gen) * (others + K * self.alpha) < others
+            pick = self.doc_start[d] + (torch.rand(n, device=device, generator=gen) * others).long()
+            pick += (pick >= t).long()  # skip the token itself
+            uniform = torch.randint(K, (n,), device=device, generator=gen)
+            k = torch.where(from_doc, self.z_start[pick.clamp(max=self.c.num_tokens - 1)], uniform)
+            s = self._accept(d, w, s0, s, k, q_d(s), q_d(k))
+        return s
 
     def _accept(self, d, w, s0, s, k, q_s, q_k):
         """MH step from s to proposal k for every token: accept with min(1, pi(k) q(s) / (pi(s) q(k)))."""
@@ -285,7 +291,8 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def train(corpus, sampler, iters, num_topics, alpha, beta, seed=0, phases=4, check=False, progress=True):
+def train(corpus, sampler, iters, num_topics, alpha, beta, seed=0, phases=4, mh_cycles=1, check=False,
+          progress=True):
     """Runs `iters` sweeps; returns the model and a history of (seconds, tokens/s, ll/token)."""
     model = LDA(corpus, num_topics, alpha, beta, seed)
     device = corpus.doc.device
@@ -299,7 +306,7 @@ def train(corpus, sampler, iters, num_topics, alpha, beta, seed=0, phases=4, che
     for it in bar:
         _sync(device)
         t0 = time.perf_counter()
-        model.sweep(sampler, phases)
+        model.sweep(sampler, phases, mh_cycles)
         _sync(device)
         dt = time.perf_counter() - t0
         elapsed += dt
@@ -330,6 +337,7 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--phases", type=int, default=4, help="token groups resampled in turn per sweep")
+    parser.add_argument("--mh-cycles", type=int, default=1, help="word + document MH steps per token per sweep")
     parser.add_argument("--plot", help="PNG of log-likelihood per token against time")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -350,7 +358,8 @@ def main():
 
     results = {}
     for sampler in args.sampler:
-        model, history = train(corpus, sampler, args.iters, k, alpha, args.beta, args.seed, args.phases)
+        model, history = train(corpus, sampler, args.iters, k, alpha, args.beta, args.seed, args.phases,
+                               args.mh_cycles)
         steady = [h[1] for h in history[min(10, len(history) - 1):]]
         rate = sorted(steady)[len(steady) // 2]
         results[sampler] = (model, history, rate)
