@@ -219,11 +219,22 @@ class LDA:
         K, gen, n, device = self.K, self.gen, d.numel(), d.device
         vb = self.c.vocab_size * self.beta
 
-        # The word tables count the token itself (at s0, the sweep's start): take it out of
-        # the proposal's density, so the acceptance sees the other tokens only.
+        # The word tables count the token itself (at s0, the sweep's start). Proposing from
+        # the other tokens only, q_w below, keeps the proposal independent of the token's
+        # own topic (so the step is exact MH): a draw of s0 is kept with probability
+        # q_w(s0) / table(s0) and otherwise drawn again (twice; what is left after that
+        # has probability below table(s0)^3).
         def q_w(x):
             own = (x == s0).float()
             return (self.n_wk_start[w, x].float() - own + self.beta) / (self.n_k_start[x].float() - own + vb)
+
+        keep_own = q_w(s0) / self.q_word[w, s0]
+
+        def word_proposal():
+            bucket = torch.randint(K, (n,), device=device, generator=gen)
+            coin = torch.randint(1 << 32, (n,), device=device, generator=gen)
+            entry = self.word_table[w, bucket]
+            return torch.where(coin < (entry & 0xFFFFFFFF), bucket, entry >> 32)
 
         # Document proposal, q_d(k) ~ n_dk + alpha over the document's other tokens at the
         # sweep's start: the topic of one of them at random, or a uniform topic. It does not
@@ -234,11 +245,10 @@ class LDA:
         others = self.doc_length[d].float() - 1
         s = s0
         for _ in range(cycles):
-            # Word proposal from the word's alias table: a uniform bucket, a 32-bit coin.
-            bucket = torch.randint(K, (n,), device=device, generator=gen)
-            coin = torch.randint(1 << 32, (n,), device=device, generator=gen)
-            entry = self.word_table[w, bucket]
-            k = torch.where(coin < (entry & 0xFFFFFFFF), bucket, entry >> 32)
+            k = word_proposal()
+            for _ in range(2):
+                again = (k == s0) & (torch.rand(n, device=device, generator=gen) >= keep_own)
+                k = torch.where(again, word_proposal(), k)
             s = self._accept(d, w, s0, s, k, q_w(s), q_w(k))
             from_doc = torch.rand(n, device=device, generator=gen) * (others + K * self.alpha) < others
             pick = self.doc_start[d] + (torch.rand(n, device=device, generator=gen) * others).long()
