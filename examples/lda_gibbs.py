@@ -9,7 +9,8 @@ groups, closer to sequential Gibbs), and updates the counts after each group. Sa
                    torch_wrs.alias_table call, propose a topic from the word side; a second
                    proposal comes from the document (the topic of a random token of the
                    document, or a uniform topic); both are accepted or rejected for all
-                   tokens at once. O(1) per token, whatever K.
+                   tokens at once, --mh-cycles times per sweep. O(1) per token, whatever K.
+                   On the GPU, torch.compile fuses each cycle into one kernel.
   --sampler exact  the full conditional of every token (K probabilities), drawn with
                    torch_wrs.multinomial.
   --sampler torch  the same with torch.multinomial: the baseline.
@@ -30,7 +31,7 @@ import argparse
 import math
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 import torch
 
@@ -138,16 +139,128 @@ def load_text(path, min_count=2, device="cpu"):
     return Corpus(doc.to(device), word.to(device), len(docs), len(vocab), vocab)
 
 
-class LDA:
-    """State (z and the count tables n_dk, n_wk, n_k) and the three samplers."""
+def conditional(counts, d, w, s0, k, alpha, beta):
+    """Unnormalised full conditional p(z_t = k | the other tokens) of tokens (d, w) whose
+    topic in `counts` (n_dk, n_wk, n_k) is s0, at topics k."""
+    n_dk, n_wk, n_k = counts
+    own = (k == s0).float()
+    vb = n_wk.shape[0] * beta
+    return (n_dk[d, k] - own + alpha) * (n_wk[w, k] - own + beta) / (n_k[k] - own + vb)
 
-    def __init__(self, corpus, num_topics, alpha, beta, seed=0):
+
+class MHTables(NamedTuple):
+    """What the MH proposals of a sweep are drawn from: the counts at the sweep's start,
+    the word proposal q_word [V, K] built from them with its alias table, and z then."""
+    n_dk: torch.Tensor
+    n_wk: torch.Tensor
+    n_k: torch.Tensor
+    q_word: torch.Tensor
+    word_table: torch.Tensor
+    z: torch.Tensor
+    doc_start: torch.Tensor
+    doc_length: torch.Tensor
+
+
+# The MH sampler, for tokens (index t, document d, word w, topic s0 at the sweep's start),
+# all at once. Only elementwise ops and gathers, with random numbers from torch's global
+# generator, so that torch.compile turns mh_start and each mh_cycle into one kernel each
+# (with inductor's Philox draws).
+
+def q_word_others(tables, w, s0, x, beta):
+    """The word proposal over the word's other tokens: the token's own topic s0 left out."""
+    own = (x == s0).float()
+    return (tables.n_wk[w, x] - own + beta) / (tables.n_k[x] - own + tables.n_wk.shape[0] * beta)
+
+
+def q_doc_others(tables, d, s0, x, alpha):
+    """The document proposal, n_dk + alpha over the document's other tokens."""
+    return tables.n_dk[d, x] - (x == s0).float() + alpha
+
+
+def mh_start(counts, tables, d, w, s0, alpha, beta):
+    """(keep_own, pi(s0)): the probability of keeping a table draw of s0 (see mh_cycle) and
+    the full conditional at the chain's starting point s0."""
+    keep_own = q_word_others(tables, w, s0, s0, beta) / tables.q_word[w, s0]
+    return keep_own, conditional(counts, d, w, s0, s0, alpha, beta)
+
+
+def mh_cycle(counts, tables, phase, phases, d, w, s0, keep_own, s, pi_s, alpha, beta):
+    """One word-proposal and one document-proposal MH step from topics s (where the full
+    conditional is pi_s) towards the conditional at `counts`; returns the new (s, pi_s).
+    The tokens are t = phase, phase + phases, ..."""
+    K, n, device = tables.n_k.shape[0], d.shape[0], d.device
+    t = phase + phases * torch.arange(n, device=device)
+
+    def uniform():
+        return torch.rand(n, device=device)
+
+    def metropolis(k, q, s, pi_s):  # accept k with probability min(1, pi(k) q(s) / (pi(s) q(k)))
+        pi_k = conditional(counts, d, w, s0, k, alpha, beta)
+        accept = uniform() * pi_s * q(k) < pi_k * q(s)
+        return torch.where(accept, k, s), torch.where(accept, pi_k, pi_s)
+
+    # Word step. The alias table counts the token itself at s0, so a draw of s0 is kept with
+    # probability keep_own = q_word_others(s0) / table(s0) and otherwise drawn again (twice;
+    # what is left has probability below table(s0)^3): the proposal is q_word_others, which
+    # does not depend on the chain's state, so the step is exact MH.
+    def table_draw():  # a 24-bit coin against the 32-bit threshold: exact to 6e-8
+        bucket = (uniform() * K).long().clamp(max=K - 1)
+        entry = tables.word_table[w, bucket]
+        take_bucket = uniform().double() * 2.0**32 < (entry & 0xFFFFFFFF).double()
+        return torch.where(take_bucket, bucket, entry >> 32)
+
+    k = table_draw()
+    for _ in range(2):
+        k = torch.where((k == s0) & (uniform() >= keep_own), table_draw(), k)
+    s, pi_s = metropolis(k, lambda x: q_word_others(tables, w, s0, x, beta), s, pi_s)
+
+    # Document step: the topic z had at the sweep's start on one of the document's other
+    # tokens at random, or a uniform topic, in proportion to their masses in q_doc_others.
+    others = tables.doc_length[d] - 1
+    pick = tables.doc_start[d] + torch.minimum((uniform() * others).long(), others - 1).clamp(min=0)
+    pick = pick + (pick >= t).long()  # skip the token itself
+    from_doc = uniform() * (others + K * alpha) < others
+    uniform_topic = (uniform() * K).long().clamp(max=K - 1)
+    k = torch.where(from_doc, tables.z[pick.clamp(max=tables.z.shape[0] - 1)], uniform_topic)
+    return metropolis(k, lambda x: q_doc_others(tables, d, s0, x, alpha), s, pi_s)
+
+
+def move_tokens(counts, d, w, old, new):
+    """Moves tokens from topics `old` to `new` in the count tables (n_dk, n_wk, n_k)."""
+    n_dk, n_wk, n_k = counts
+    K = n_k.shape[0]
+    one = torch.ones(d.shape[0], dtype=n_dk.dtype, device=d.device)
+    for table, row in ((n_dk.view(-1), d), (n_wk.view(-1), w)):
+        table.index_add_(0, row * K + old, one, alpha=-1)
+        table.index_add_(0, row * K + new, one)
+    n_k.copy_(n_wk.sum(0))  # cheaper than 2 x tokens atomics on K counters
+
+
+_COMPILED = {}
+
+
+def compiled(fn):
+    """torch.compile(fn), once per function."""
+    if fn not in _COMPILED:
+        _COMPILED[fn] = torch.compile(fn, dynamic=True)
+    return _COMPILED[fn]
+
+
+class LDA:
+    """State (z and the count tables n_dk, n_wk, n_k) and the three samplers.
+
+    All draws come from torch's global generator, seeded here: torch.compile (used for the
+    MH step on the GPU unless compile=False) fuses those draws into its kernels."""
+
+    def __init__(self, corpus, num_topics, alpha, beta, seed=0, compile=None):
         self.c, self.K, self.alpha, self.beta = corpus, num_topics, alpha, beta
         device = corpus.doc.device
-        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.compile = device.type == "cuda" if compile is None else compile
+        torch.manual_seed(seed)
+        self._phases = None
         self.doc_length = torch.bincount(corpus.doc, minlength=corpus.num_docs)
         self.doc_start = torch.cumsum(self.doc_length, 0) - self.doc_length
-        self.z = torch.randint(num_topics, (corpus.num_tokens,), device=device, generator=self.gen)
+        self.z = torch.randint(num_topics, (corpus.num_tokens,), device=device)
         self.count()
 
     def count(self):
@@ -160,109 +273,67 @@ class LDA:
         self.n_dk, self.n_wk = self.n_dk.view(c.num_docs, K), self.n_wk.view(c.vocab_size, K)
         self.n_k = torch.bincount(self.z, minlength=K)
 
-    # -- the target: p(z_t = k | everything else), up to a constant, at the sweep's counts --
-    def _conditional(self, d, w, s, k):
-        """Unnormalised full conditional of tokens (d, w, current topic s) at topics k."""
-        own = (k == s).to(torch.float32)
-        vb = self.c.vocab_size * self.beta
-        ndk = self.n_dk[d, k].float() - own
-        nwk = self.n_wk[w, k].float() - own
-        nk = self.n_k[k].float() - own
-        return (ndk + self.alpha) * (nwk + self.beta) / (nk + vb)
-
     def sweep(self, sampler, phases=4, mh_cycles=1, chunk=1 << 16):
         """One pass over all tokens, in `phases` interleaved groups (token t in group t mod
         phases): each group is resampled at once from the counts left by the groups
         before it, then the counts are updated. More phases, closer to sequential Gibbs."""
+        fused = compiled if self.compile else (lambda fn: fn)
+        counts = (self.n_dk, self.n_wk, self.n_k)
         if sampler == "mh":
-            self._prepare_mh()
-        for p in range(phases):
-            t = slice(p, None, phases)
-            d, w, s = self.c.doc[t], self.c.word[t], self.z[t]
+            tables = self._mh_tables()
+        for p, (d, w) in enumerate(self._phase_tokens(phases)):
+            s = self.z[p::phases].contiguous()
             if sampler == "mh":
-                t_index = torch.arange(p, self.c.num_tokens, phases, device=d.device)
-                new = self._resample_mh(t_index, d, w, s, mh_cycles)
+                keep_own, pi_s = fused(mh_start)(counts, tables, d, w, s, self.alpha, self.beta)
+                new = s.clone()  # not s itself: one compiled graph for every cycle
+                for _ in range(mh_cycles):
+                    new, pi_s = fused(mh_cycle)(counts, tables, p, phases, d, w, s, keep_own, new, pi_s,
+                                                self.alpha, self.beta)
             else:
                 multinomial = torch_wrs.multinomial if sampler == "exact" else torch.multinomial
                 new = torch.cat([self._resample_exact(d[i:i + chunk], w[i:i + chunk], s[i:i + chunk], multinomial)
                                  for i in range(0, d.numel(), chunk)])
-            self._move(d, w, s, new)
-            self.z[t] = new
+            fused(move_tokens)(counts, d, w, s, new)
+            self.z[p::phases] = new
 
-    def _move(self, d, w, old, new):
-        """Moves tokens from topics `old` to `new` in the count tables."""
-        K = self.K
-        one = torch.ones(d.numel(), dtype=torch.int32, device=d.device)
-        for table, row in ((self.n_dk.view(-1), d), (self.n_wk.view(-1), w)):
-            table.index_add_(0, row * K + old, one, alpha=-1)
-            table.index_add_(0, row * K + new, one)
-        self.n_k.index_add_(0, old, one.long(), alpha=-1)
-        self.n_k.index_add_(0, new, one.long())
+    def _phase_tokens(self, phases):
+        """(document, word) of the tokens of each phase, contiguous (strided reads would
+        fetch every phase's tokens)."""
+        if self._phases is None or len(self._phases) != phases:
+            c = self.c
+            self._phases = [(c.doc[p::phases].contiguous(), c.word[p::phases].contiguous()) for p in range(phases)]
+        return self._phases
 
     def _resample_exact(self, d, w, s, multinomial):
         own = torch.nn.functional.one_hot(s, self.K).float()
         p = (self.n_dk[d].float() - own + self.alpha) * (self.n_wk[w].float() - own + self.beta)
         p /= self.n_k.float() - own + self.c.vocab_size * self.beta
-        return multinomial(p, 1, True, generator=self.gen).squeeze(1)
+        return multinomial(p, 1, True).squeeze(1)
 
-    def _prepare_mh(self):
-        """The sweep's proposals: an alias table per word over q_w(k) ~ (n_wk + beta) /
+    def _mh_tables(self):
+        """The sweep's proposals: an alias table per word over q_word(k) ~ (n_wk + beta) /
         (n_k + V beta), and the document side from z and n_dk as they are now."""
-        c = self.c
-        self.q_word = (self.n_wk.float() + self.beta) / (self.n_k.float() + c.vocab_size * self.beta)
-        self.word_table = torch_wrs.alias_table(self.q_word, validate=False)
-        self.z_start, self.n_dk_start = self.z.clone(), self.n_dk.clone()
-        self.n_wk_start, self.n_k_start = self.n_wk.clone(), self.n_k.clone()
+        q_word = (self.n_wk.float() + self.beta) / (self.n_k.float() + self.c.vocab_size * self.beta)
+        return MHTables(self.n_dk.clone(), self.n_wk.clone(), self.n_k.clone(), q_word,
+                        torch_wrs.alias_table(q_word, validate=False), self.z.clone(), self.doc_start, self.doc_length)
 
-    def _resample_mh(self, t, d, w, s0, cycles=1):
-        """`cycles` rounds of a word-proposal and a document-proposal MH step per token."""
-        K, gen, n, device = self.K, self.gen, d.numel(), d.device
-        vb = self.c.vocab_size * self.beta
-
-        # The word tables count the token itself (at s0, the sweep's start). Proposing from
-        # the other tokens only, q_w below, keeps the proposal independent of the token's
-        # own topic (so the step is exact MH): a draw of s0 is kept with probability
-        # q_w(s0) / table(s0) and otherwise drawn again (twice; what is left after that
-        # has probability below table(s0)^3).
-        def q_w(x):
-            own = (x == s0).float()
-            return (self.n_wk_start[w, x].float() - own + self.beta) / (self.n_k_start[x].float() - own + vb)
-
-        keep_own = q_w(s0) / self.q_word[w, s0]
-
-        def word_proposal():
-            bucket = torch.randint(K, (n,), device=device, generator=gen)
-            coin = torch.randint(1 << 32, (n,), device=device, generator=gen)
-            entry = self.word_table[w, bucket]
-            return torch.where(coin < (entry & 0xFFFFFFFF), bucket, entry >> 32)
-
-        # Document proposal, q_d(k) ~ n_dk + alpha over the document's other tokens at the
-        # sweep's start: the topic of one of them at random, or a uniform topic. It does not
-        # depend on the token's own topic, so this step is exact MH.
-        def q_d(x):
-            return self.n_dk_start[d, x].float() - (x == s0).float() + self.alpha
-
-        others = self.doc_length[d].float() - 1
-        s = s0
-        for _ in range(cycles):
-            k = word_proposal()
-            for _ in range(2):
-                again = (k == s0) & (torch.rand(n, device=device, generator=gen) >= keep_own)
-                k = torch.where(again, word_proposal(), k)
-            s = self._accept(d, w, s0, s, k, q_w(s), q_w(k))
-            from_doc = torch.rand(n, device=device, generator=gen) * (others + K * self.alpha) < others
-            pick = self.doc_start[d] + (torch.rand(n, device=device, generator=gen) * others).long()
-            pick += (pick >= t).long()  # skip the token itself
-            uniform = torch.randint(K, (n,), device=device, generator=gen)
-            k = torch.where(from_doc, self.z_start[pick.clamp(max=self.c.num_tokens - 1)], uniform)
-            s = self._accept(d, w, s0, s, k, q_d(s), q_d(k))
-        return s
-
-    def _accept(self, d, w, s0, s, k, q_s, q_k):
-        """MH step from s to proposal k for every token: accept with min(1, pi(k) q(s) / (pi(s) q(k)))."""
-        ratio = self._conditional(d, w, s0, k) * q_s / (self._conditional(d, w, s0, s) * q_k)
-        u = torch.rand(ratio.shape, device=ratio.device, generator=self.gen)
-        return torch.where(u < ratio, k, s)
+    def estimate_alpha(self, newton_steps=20, docs_per_chunk=16384):
+        """Stochastic EM for the symmetric document prior: draws theta_d ~ Dirichlet(n_dk +
+        alpha) with torch_wrs.dirichlet, then sets alpha to the maximum of the Dirichlet
+        likelihood of those draws, D (lgamma(K a) - K lgamma(a)) + (a - 1) sum log theta,
+        by Newton's method (the likelihood is concave in a)."""
+        D, K = self.c.num_docs, self.K
+        sum_log_theta = sum(
+            torch_wrs.dirichlet(self.n_dk[i:i + docs_per_chunk].double() + self.alpha)
+            .clamp(min=torch.finfo(torch.float64).tiny).log().sum()
+            for i in range(0, D, docs_per_chunk))
+        a = torch.tensor(self.alpha, dtype=torch.float64, device=sum_log_theta.device)
+        for _ in range(newton_steps):
+            grad = D * K * (torch.digamma(K * a) - torch.digamma(a)) + sum_log_theta
+            hess = D * K * (K * torch.polygamma(1, K * a) - torch.polygamma(1, a))
+            a = torch.where(a - grad / hess > 0, a - grad / hess, a / 2)
+        self.alpha = float(a)
+        return self.alpha
 
     # -- diagnostics --
     def log_likelihood_per_token(self):
@@ -302,9 +373,9 @@ def _sync(device):
 
 
 def train(corpus, sampler, iters, num_topics, alpha, beta, seed=0, phases=4, mh_cycles=1, check=False,
-          progress=True):
+          progress=True, compile=None, estimate_alpha=False):
     """Runs `iters` sweeps; returns the model and a history of (seconds, tokens/s, ll/token)."""
-    model = LDA(corpus, num_topics, alpha, beta, seed)
+    model = LDA(corpus, num_topics, alpha, beta, seed, compile)
     device = corpus.doc.device
     history, elapsed = [], 0.0
     try:
@@ -320,12 +391,16 @@ def train(corpus, sampler, iters, num_topics, alpha, beta, seed=0, phases=4, mh_
         _sync(device)
         dt = time.perf_counter() - t0
         elapsed += dt
+        if estimate_alpha:
+            model.estimate_alpha()
         ll = model.log_likelihood_per_token()
         history.append((elapsed, corpus.num_tokens / dt, ll))
         if check:
             model.check_counts()
         if progress:
             text = f"{corpus.num_tokens / dt / 1e6:8.1f}M tokens/s  ll/token {ll:.4f}"
+            if estimate_alpha:
+                text += f"  alpha {model.alpha:.4g}"
             if hasattr(bar, "set_postfix_str"):
                 bar.set_postfix_str(text)
             else:
@@ -347,7 +422,12 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--phases", type=int, default=4, help="token groups resampled in turn per sweep")
-    parser.add_argument("--mh-cycles", type=int, default=1, help="word + document MH steps per token per sweep")
+    parser.add_argument("--mh-cycles", type=int, default=4,
+                        help="word + document MH step pairs per token per sweep (more: closer to an exact draw)")
+    parser.add_argument("--history", help="write each sampler's (seconds, tokens/s, ll/token) per sweep here (JSON)")
+    parser.add_argument("--estimate-alpha", action="store_true",
+                        help="re-estimate alpha after every sweep from Dirichlet draws of the document topics")
+    parser.add_argument("--no-compile", action="store_true", help="run the MH step eagerly on the GPU too")
     parser.add_argument("--plot", help="PNG of log-likelihood per token against time")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -369,7 +449,8 @@ def main():
     results = {}
     for sampler in args.sampler:
         model, history = train(corpus, sampler, args.iters, k, alpha, args.beta, args.seed, args.phases,
-                               args.mh_cycles)
+                               args.mh_cycles, compile=False if args.no_compile else None,
+                               estimate_alpha=args.estimate_alpha)
         steady = [h[1] for h in history[min(10, len(history) - 1):]]
         rate = sorted(steady)[len(steady) // 2]
         results[sampler] = (model, history, rate)
@@ -389,25 +470,35 @@ def main():
         words = [corpus.vocab[i] if corpus.vocab else str(int(i)) for i in top[t]]
         print(f"  topic {t:3d}: {' '.join(words)}")
 
-    if args.plot:
-        try:
-            import matplotlib
+    if args.history:
+        import json
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print(f"(matplotlib is not installed: no plot written to {args.plot})")
-            return
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for sampler, (_, history, _) in results.items():
-            ax.plot([h[0] for h in history], [h[2] for h in history], label=sampler)
-        ax.set_xlabel("seconds")
-        ax.set_ylabel("log-likelihood per token")
-        ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
-        print(f"plot written to {args.plot}")
+        with open(args.history, "w") as f:
+            json.dump({sampler: history for sampler, (_, history, _) in results.items()}, f)
+    if args.plot:
+        plot_histories({sampler: history for sampler, (_, history, _) in results.items()}, args.plot)
+
+
+def plot_histories(histories, path):
+    """A PNG of log-likelihood per token against seconds, one line per sampler."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"(matplotlib is not installed: no plot written to {path})")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, history in histories.items():
+        ax.plot([h[0] for h in history], [h[2] for h in history], label=label)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("log-likelihood per token")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot written to {path}")
 
 
 if __name__ == "__main__":

@@ -73,3 +73,15 @@ def test_real_corpus_runs_on_the_cpu():
     for sampler in ("mh", "exact"):
         model, history = lda_gibbs.train(c, sampler, 30, 8, 0.5, 0.01, check=True, progress=False)
         assert history[-1][2] > history[0][2], f"{sampler}: the log-likelihood did not improve"
+
+
+@pytest.mark.parametrize("alpha_start", [0.5, 0.02])
+def test_alpha_estimate_finds_the_planted_prior(device, alpha_start):
+    c = corpus(device)  # drawn with alpha = 0.1
+    model = lda_gibbs.LDA(c, 5, alpha_start, 0.01, seed=SEED_BASE + 10)
+    estimates = []
+    for _ in range(80):
+        model.sweep("mh")
+        estimates.append(model.estimate_alpha())
+    mean = sum(estimates[-30:]) / 30
+    assert abs(mean / 0.1 - 1) < 0.2, f"alpha estimate {mean:.4f} from {alpha_start}, planted 0.1"
