@@ -480,7 +480,8 @@ def main():
 
 
 def plot_histories(histories, path):
-    """A PNG of log-likelihood per token against seconds, one line per sampler."""
+    """A PNG of log-likelihood per token against seconds and against sweeps, one line per
+    sampler."""
     try:
         import matplotlib
 
@@ -489,13 +490,17 @@ def plot_histories(histories, path):
     except ImportError:
         print(f"(matplotlib is not installed: no plot written to {path})")
         return
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for label, history in histories.items():
-        ax.plot([h[0] for h in history], [h[2] for h in history], label=label)
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("log-likelihood per token")
-    ax.legend()
-    ax.grid(alpha=0.3)
+        axes[0].plot([h[0] for h in history], [h[2] for h in history], label=label)
+        axes[1].plot(range(1, len(history) + 1), [h[2] for h in history], label=label)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("seconds")
+    axes[1].set_xlabel("sweeps")
+    axes[0].set_ylabel("log-likelihood per token")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[1].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"plot written to {path}")
