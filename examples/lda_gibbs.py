@@ -15,13 +15,17 @@ groups, closer to sequential Gibbs), and updates the counts after each group. Sa
                    torch_wrs.multinomial.
   --sampler torch  the same with torch.multinomial: the baseline.
 
+--estimate-alpha re-estimates alpha after every sweep from Dirichlet draws of the
+documents' topic proportions (torch_wrs.dirichlet).
+
 Corpora: the UCI bag-of-words format (--docword docword.X.txt --vocab vocab.X.txt, as
 NYTimes and PubMed ship), plain text with one document per paragraph (--text; the
-public-domain tests/data/state_of_the_union_2023.txt is the small real one), or a synthetic corpus drawn from the LDA model itself with known
-topics and a Zipf vocabulary (--synthetic small|medium|nytimes; the default, since these
-machines have no internet). At the end: the top words per topic, on synthetic data the
-topic-recovery score against the planted topics, and with --plot a PNG of the
-log-likelihood per token against time for the samplers run.
+public-domain tests/data/state_of_the_union_2023.txt is the small real one), or a
+synthetic corpus drawn from the LDA model itself with known topics and a Zipf vocabulary
+(--synthetic small|medium|nytimes; the default, since these machines have no internet).
+At the end: the top words per topic, on synthetic data the topic-recovery score against
+the planted topics, and with --plot a PNG of the log-likelihood per token against time
+and against sweeps for the samplers run.
 
     python examples/lda_gibbs.py --synthetic nytimes --iters 50 --sampler mh
     python examples/lda_gibbs.py --synthetic small --sampler mh exact torch --plot lda.png
