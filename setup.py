@@ -23,7 +23,8 @@ def want_cuda():
     return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
 
 
-cxx_flags = ["-O3", "-fopenmp", "-std=c++17"]
+# No fused multiply-adds on the host: exact quantization relies on each rounding step.
+cxx_flags = ["-O3", "-fopenmp", "-std=c++17", "-ffp-contract=off"]
 # Link the shared libstdc++ explicitly: where the toolchain has only the static archive
 # next to g++ (seen on the GPU image), a private copy of the iostream/locale code lands
 # in _C.so and crashes the first time it formats a number against torch's shared copy.

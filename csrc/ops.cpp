@@ -20,6 +20,11 @@ TORCH_LIBRARY(wrs, m) {
   m.def("multinomial(Tensor input, SymInt num_samples, bool replacement=False, *, "
         "Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
+  // Draws from softmax(logits / temperature) over the last dimension without writing the
+  // softmax: logits [..., V] (any float dtype) -> int64 [..., num_samples].
+  m.def("sample_logits(Tensor logits, SymInt num_samples=1, *, float temperature=1.0, bool replacement=True, "
+        "Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
 
   // Radix forests (monotone inverse CDF): weights [..., N] -> cdf int64 [..., N] (63-bit
   // fixed point), guide int32 [..., cells] (a power of two; default about N), nodes int64

@@ -36,6 +36,12 @@ def _multinomial_fake(input, num_samples, replacement=False, *, generator=None):
     return input.new_empty((*input.shape[:-1], num_samples), dtype=torch.int64)
 
 
+@torch.library.register_fake("wrs::sample_logits")
+def _sample_logits_fake(logits, num_samples=1, *, temperature=1.0, replacement=True, generator=None):
+    torch._check(logits.dim() >= 1, lambda: "sample_logits: logits must have at least one dimension")
+    return logits.new_empty((*logits.shape[:-1], num_samples), dtype=torch.int64)
+
+
 @torch.library.register_fake("wrs::standard_gamma")
 def _standard_gamma_fake(alpha, method="auto", *, log=False, validate=True, generator=None):
     return torch.empty_like(alpha, memory_format=torch.contiguous_format)

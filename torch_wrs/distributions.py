@@ -1,11 +1,42 @@
-"""Drop-in subclasses of torch.distributions.Gamma, Dirichlet and Beta whose ``sample``
-and ``rsample`` use the torch_wrs kernels (faster, and exact for tiny concentrations)."""
+"""Drop-in subclasses of torch.distributions whose sampling uses the torch_wrs kernels:
+Categorical and OneHotCategorical (multinomial / sample_logits: faster, float64-exact),
+Gamma, Dirichlet and Beta (faster, and exact for tiny concentrations). Everything but
+sampling is torch's."""
 import torch
 from torch import distributions as td
 
 from .gamma import beta, dirichlet, standard_gamma
+from .multinomial import multinomial, sample_logits
 
-__all__ = ["Beta", "Dirichlet", "Gamma"]
+__all__ = ["Beta", "Categorical", "Dirichlet", "Gamma", "OneHotCategorical"]
+
+
+def _categorical_indices(cat, sample_shape):
+    """Indices [*sample_shape, *batch_shape] drawn from the categorical `cat`, from its
+    logits when it was made from logits (no softmax is written), else from its probs."""
+    sample_shape = torch.Size(sample_shape)
+    draws = sample_shape.numel()
+    shape = cat._extended_shape(sample_shape)
+    if draws == 0:
+        return torch.empty(shape, dtype=torch.int64, device=cat._param.device)
+    with torch.no_grad():
+        if "probs" in cat.__dict__:  # made from probs (or probs already computed)
+            s = multinomial(cat.probs.reshape(-1, cat._num_events), draws, True)
+        else:
+            s = sample_logits(cat.logits.reshape(-1, cat._num_events), draws)
+    return s.T.reshape(shape)
+
+
+class Categorical(td.Categorical):
+    def sample(self, sample_shape=torch.Size()):
+        return _categorical_indices(self, sample_shape)
+
+
+class OneHotCategorical(td.OneHotCategorical):
+    def sample(self, sample_shape=torch.Size()):
+        cat = self._categorical
+        indices = _categorical_indices(cat, sample_shape)
+        return torch.nn.functional.one_hot(indices, cat._num_events).to(cat._param.dtype)
 
 
 class Gamma(td.Gamma):

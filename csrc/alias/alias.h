@@ -53,11 +53,24 @@ C10_HOST_DEVICE inline RowScale row_scale(double sum, int64_t n) {
   return RowScale{scale, normal ? direct : 0.0, e};
 }
 
+// Round to nearest, ties to even (rint in the default rounding mode). On the host
+// without SSE4.1 rint is a library call; adding and subtracting 2^52 rounds the same
+// way for 0 <= x < 2^52, and larger doubles are integers already.
+C10_HOST_DEVICE inline double round_even(double x) {
+#if defined(__CUDA_ARCH__)
+  return ::rint(x);
+#else
+  constexpr double k2to52 = 4503599627370496.0;
+  return x >= 0 && x < k2to52 ? (x + k2to52) - k2to52 : ::rint(x);
+#endif
+}
+
 C10_HOST_DEVICE inline uint64_t quantize(double w, const RowScale& rs, int64_t n) {
-  const double q = ::rint(rs.direct != 0.0 ? w * rs.direct : ::ldexp(w, -rs.exponent) * rs.scale);
+  const double q = round_even(rs.direct != 0.0 ? w * rs.direct : ::ldexp(w, -rs.exponent) * rs.scale);
   const double cap = static_cast<double>(n) * static_cast<double>(kBucket);
   if (!(q > 0)) return 0;  // also maps NaN (invalid input, unchecked) to 0
-  return static_cast<uint64_t>(q < cap ? q : cap);
+  // Through int64 (the cap is below 2^63): one instruction, where uint64 takes several.
+  return static_cast<uint64_t>(static_cast<int64_t>(q < cap ? q : cap));
 }
 
 // Running sums that place items in the light and heavy arrays (exact, associative).
@@ -266,17 +279,14 @@ C10_HOST_DEVICE inline BucketDraw draw_bucket(uint64_t n, uint32_t r_lo, uint32_
   return BucketDraw{mul_hi64(r, n), static_cast<uint32_t>((r * n) >> 32)};
 }
 
-// `first_bucket`: where the drawn-from run of buckets starts (a section of the row).
-C10_HOST_DEVICE inline int64_t pick(const BucketDraw& d, int64_t row, int64_t first_bucket = 0) {
+// `first_bucket`: where the drawn-from run of buckets starts (a section of the row);
+// `n`: the row's buckets. An alias outside [0, n) (a table alias_table did not make)
+// returns the bucket itself, so every index is in range whatever the table holds.
+C10_HOST_DEVICE inline int64_t pick(const BucketDraw& d, int64_t row, uint64_t n, int64_t first_bucket = 0) {
   const uint64_t bits = static_cast<uint64_t>(row);
-  return d.coin < static_cast<uint32_t>(bits) ? first_bucket + static_cast<int64_t>(d.bucket)
-                                              : static_cast<int64_t>(bits >> 32);
-}
-
-C10_HOST_DEVICE inline int64_t sample_bucket(const int64_t* table, uint64_t n, uint32_t r_lo,
-                                             uint32_t r_hi) {
-  const BucketDraw d = draw_bucket(n, r_lo, r_hi);
-  return pick(d, table[d.bucket]);
+  const uint64_t alias = bits >> 32;
+  const int64_t own = first_bucket + static_cast<int64_t>(d.bucket);
+  return d.coin < static_cast<uint32_t>(bits) || alias >= n ? own : static_cast<int64_t>(alias);
 }
 
 }  // namespace wrs::alias

@@ -194,16 +194,16 @@ at::Tensor alias_table_cpu(const at::Tensor& weights, bool validate) {
 }
 
 // Draws e in [e_begin, e_end) of the output from the run of `len` buckets starting at
-// bucket `first` of a row (`run` points at it). Draw e uses half e % 2 of Philox block
+// bucket `first` of a row of `row_buckets` (`run` points at it). Draw e uses half e % 2 of Philox block
 // e / 2, whichever sampler produces it, so the stream depends only on the seed.
 template <typename out_t>
-void draw_run(const int64_t* run, int64_t len, int64_t first, int64_t e_begin, int64_t e_end,
+void draw_run(const int64_t* run, int64_t len, int64_t first, int64_t row_buckets, int64_t e_begin, int64_t e_end,
               const PhiloxSeed& seed, out_t* out) {
   for (int64_t e = e_begin; e < e_end;) {
     const auto r = philox_block(seed, static_cast<uint64_t>(e / 2));
     for (int64_t half = e % 2; half < 2 && e < e_end; ++half, ++e) {
       const BucketDraw d = draw_bucket(static_cast<uint64_t>(len), r[2 * half], r[2 * half + 1]);
-      out[e] = static_cast<out_t>(pick(d, run[d.bucket], first));
+      out[e] = static_cast<out_t>(pick(d, run[d.bucket], static_cast<uint64_t>(row_buckets), first));
     }
   }
 }
@@ -215,7 +215,7 @@ void sample_baseline(const int64_t* table, int64_t n, int64_t num_samples, int64
     while (e0 < e1) {  // split the chunk at row ends
       const int64_t row = e0 / num_samples;
       const int64_t row_end = std::min(e1, (row + 1) * num_samples);
-      draw_run(table + row * n, n, 0, e0, row_end, seed, out);
+      draw_run(table + row * n, n, 0, n, e0, row_end, seed, out);
       e0 = row_end;
     }
   });
@@ -236,7 +236,7 @@ void sample_sectioned(const int64_t* table, int64_t rows, const SectionGrid& g, 
       const SectionSpan span = section_span(g, row, section, streams);
       const int64_t first = section * g.section_buckets;
       const int64_t e0 = row * g.num_samples + span.offset;
-      draw_run(table + row * g.buckets + first, std::min(g.section_buckets, g.buckets - first), first,
+      draw_run(table + row * g.buckets + first, std::min(g.section_buckets, g.buckets - first), first, g.buckets,
                e0 + part_begin(span.count, part, parts), e0 + part_begin(span.count, part + 1, parts), seed,
                out);
     }

@@ -444,7 +444,8 @@ __global__ void __launch_bounds__(kThreads, 4)  // registers <= 64: 4 blocks per
     }
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
-      store_pair(out, p0 + k * threads, 0, total, pick(draw[2 * k], row[2 * k]), pick(draw[2 * k + 1], row[2 * k + 1]));
+      store_pair(out, p0 + k * threads, 0, total, pick(draw[2 * k], row[2 * k], n),
+                 pick(draw[2 * k + 1], row[2 * k + 1], n));
     }
   }
 }
@@ -513,8 +514,8 @@ __global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t
     }
 #pragma unroll
     for (int k = 0; k < kSectionPairs; ++k) {
-      store_pair(out, p0 + k * stride, e_begin, e_end, pick(draw[2 * k], bucket[2 * k], first),
-                 pick(draw[2 * k + 1], bucket[2 * k + 1], first));
+      store_pair(out, p0 + k * stride, e_begin, e_end, pick(draw[2 * k], bucket[2 * k], grid.buckets, first),
+                 pick(draw[2 * k + 1], bucket[2 * k + 1], grid.buckets, first));
     }
   }
 }

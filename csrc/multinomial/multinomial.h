@@ -1,29 +1,41 @@
 #pragma once
-// torch.multinomial's contract: checks shared by the composite (any device) and the
-// CUDA single-pass kernel.
-#include "common/checks.h"
+// Host side of the multinomial family, shared by the CPU and CUDA entries: the two ops'
+// contracts (torch.multinomial's for probabilities, sample_logits's for logits), their
+// error texts, and the composites the method tables fall back on.
+#include "multinomial/laws.h"
 
-#include <ATen/core/Tensor.h>
 #include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <vector>
 
 namespace wrs::multinomial {
 
-constexpr const char* kOp = "multinomial";
+// One call of either op, its input seen as [rows, n].
+struct Request {
+  const char* op;          // "multinomial" or "sample_logits"
+  bool logits;             // inputs are logits: draw from softmax(x / temperature)
+  double inv_temperature;  // 1 / temperature (logits only)
+  at::Tensor x;            // contiguous
+  int64_t rows;
+  int64_t n;
+  int64_t k;  // samples per row
+  bool replacement;
+  std::vector<int64_t> out_shape;
+};
 
-// Shape, dtype and count checks (no data read).
-void check_shape(const at::Tensor& input, int64_t num_samples, bool replacement);
+// torch.multinomial's checks (shape, dtype, counts; no data read) -> the request.
+Request multinomial_request(const at::Tensor& input, int64_t num_samples, bool replacement);
+// sample_logits's: logits [..., V] of any float dtype, temperature > 0.
+Request logits_request(const at::Tensor& logits, int64_t num_samples, double temperature, bool replacement);
 
-// Beyond common/checks.h's WeightFlags: a row with fewer nonzero weights than the
-// samples asked for without replacement.
-constexpr uint32_t kTooFewNonzero = 1u << 8;
+// Raises the op's errors for value flags (WeightFlags | kTooFewNonzero): torch's texts
+// for multinomial.
+void raise_value_flags(const Request& r, uint32_t flags);
 
-// Raises torch.multinomial's errors for value flags (WeightFlags | kTooFewNonzero).
-void raise_value_flags(uint32_t flags, int64_t num_samples);
-
-// Alias tables with replacement, exponential keys + top-k without: every shape, every device.
-at::Tensor multinomial_composite(const at::Tensor& input, int64_t num_samples, bool replacement,
-                                 std::optional<at::Generator> generator);
+// Where no fused kernel serves: alias tables with replacement (softmax in float64 first
+// for logits). Value checks are the caller's.
+at::Tensor sample_alias_tables(const Request& r, std::optional<at::Generator> generator);
 
 }  // namespace wrs::multinomial

@@ -1,0 +1,337 @@
+// With replacement, any row length, few draws per row: an exact integer inverse CDF over
+// chunks of the row, reading the row about twice instead of building an alias table.
+//
+// A row is cut into `chunks` chunks of whole 1,024-item tiles, one block each:
+//   1. summarize: each chunk's float64 sum (for logits: its max and sum of exp), flags;
+//   2. units: each block reduces its row's chunk summaries (the same fixed order in every
+//      block, so all agree on the row's scale), quantizes its items as alias tables do
+//      and writes their integer total;
+//   3. draw: each block finds the row's integer total and the units before its chunk,
+//      draws the row's k uniform points (sample s from Philox block row * k + s), keeps
+//      those inside its own range, and only if there are any, reads its chunk once more
+//      to find their items with a block scan, tile by tile.
+// With one chunk per row (enough rows to fill the GPU) one kernel does all three steps,
+// its later reads of the row served by L1 and L2.
+//
+// Every sample's slot is first set to item 0, so the output stays in range whatever the
+// input (under CUDA-graph capture nothing checks it on the host).
+#include "common/cuda_utils.cuh"
+#include "common/philox_cuda.cuh"
+#include "multinomial/kernels_cuda.cuh"
+
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <vector>
+
+namespace wrs::multinomial {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kItems = 4;                     // items per thread per tile (blocked: index order)
+constexpr int64_t kTile = kThreads * kItems;  // 1,024
+constexpr int64_t kMaxChunks = 1024;          // per row: keeps each block's look at its row cheap
+
+template <typename Weights>
+struct CombineSummaries {
+  __device__ Summary operator()(const Summary& a, const Summary& b) const { return Weights::combine(a, b); }
+};
+
+using SummaryReduce = cub::BlockReduce<Summary, kThreads>;
+using UnitsReduce = cub::BlockReduce<uint64_t, kThreads>;
+using UnitsScan = cub::BlockScan<uint64_t, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+
+struct Hit {
+  int64_t sample;   // which of the row's k draws
+  uint64_t offset;  // its point, in units from the chunk's start
+};
+
+struct Shared {
+  union {
+    typename SummaryReduce::TempStorage summary;
+    typename UnitsReduce::TempStorage units;
+    typename UnitsScan::TempStorage scan;
+  } tmp;
+  RowLaw law;
+  uint64_t before;  // units of the row before this chunk
+  uint64_t total;   // units of the whole row
+  int hits;
+  Hit hit[kMaxChunkSamples];
+  Hit sorted[kMaxChunkSamples];
+};
+
+// Chunk `c` of row `row`: items [first, first + count).
+struct ChunkOf {
+  int64_t row, c, first, count;
+  __device__ ChunkOf(int64_t block, int64_t n, int64_t chunks, int64_t chunk_items) {
+    row = block / chunks;
+    c = block - row * chunks;
+    first = c * chunk_items;
+    count = n - first < chunk_items ? n - first : chunk_items;
+  }
+};
+
+template <typename scalar_t, typename Weights>
+__device__ Summary summarize(const scalar_t* x, int64_t count, const Weights& wts, Shared& sh) {
+  Summary mine = Weights::empty();
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) mine = wts.add(mine, static_cast<double>(x[i]));
+  return SummaryReduce(sh.tmp.summary).Reduce(mine, CombineSummaries<Weights>{});  // thread 0's
+}
+
+// The row's summary from its chunks' (in thread 0), the same in every block of the row.
+template <typename Weights>
+__device__ Summary row_summary(const Summary* chunk, int64_t chunks, Shared& sh) {
+  Summary mine = Weights::empty();
+  for (int64_t c = threadIdx.x; c < chunks; c += kThreads) mine = Weights::combine(mine, chunk[c]);
+  return SummaryReduce(sh.tmp.summary).Reduce(mine, CombineSummaries<Weights>{});
+}
+
+template <typename scalar_t, typename Weights>
+__device__ uint64_t chunk_units(const scalar_t* x, int64_t count, const Weights& wts, const RowLaw& law,
+                                int64_t n, Shared& sh) {
+  uint64_t mine = 0;
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) mine += units(wts, static_cast<double>(x[i]), law, n);
+  return UnitsReduce(sh.tmp.units).Sum(mine);  // thread 0's
+}
+
+// Sorts sh.hit[0, sh.hits) by offset into sh.sorted (a rank count: at most 128 hits).
+__device__ void sort_hits(Shared& sh) {
+  const int hits = sh.hits;
+  for (int i = threadIdx.x; i < hits; i += kThreads) {
+    const Hit h = sh.hit[i];
+    int rank = 0;
+    for (int j = 0; j < hits; ++j) {
+      const uint64_t o = sh.hit[j].offset;
+      rank += o < h.offset || (o == h.offset && j < i);
+    }
+    sh.sorted[rank] = h;
+  }
+  __syncthreads();
+}
+
+// Writes the item of each sorted hit, reading the chunk tile by tile: thread t holds
+// items t * kItems + j of a tile, so a block scan of their units follows index order.
+template <typename scalar_t, typename Weights>
+__device__ void find_hits(const scalar_t* x, int64_t count, const Weights& wts, const RowLaw& law, int64_t n,
+                          int64_t first, Shared& sh, int64_t* out) {
+  const int hits = sh.hits;
+  int next = 0;           // first hit not yet found (the same in every thread)
+  uint64_t running = 0;   // units of the tiles before this one
+  for (int64_t tile = 0; tile < count && next < hits; tile += kTile) {
+    uint64_t q[kItems];
+    uint64_t mine = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int64_t i = tile + threadIdx.x * kItems + j;
+      q[j] = i < count ? units(wts, static_cast<double>(x[i]), law, n) : 0;
+      mine += q[j];
+    }
+    uint64_t before, tile_total;
+    UnitsScan(sh.tmp.scan).ExclusiveSum(mine, before, tile_total);
+    const uint64_t start = running + before;
+    int end = next;
+    while (end < hits && sh.sorted[end].offset - running < tile_total) ++end;
+    for (int h = next; h < end; ++h) {
+      const uint64_t v = sh.sorted[h].offset;
+      if (v - start >= mine) continue;  // another thread's items
+      uint64_t through = start;
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        through += q[j];
+        if (v < through) {
+          out[sh.sorted[h].sample] = first + tile + threadIdx.x * kItems + j;
+          break;
+        }
+      }
+    }
+    next = end;
+    running += tile_total;
+    __syncthreads();  // the scan's storage is reused
+  }
+}
+
+// Keeps the row's draws that land in [sh.before, sh.before + mine) in sh.hit.
+__device__ void collect_hits(const PhiloxSeed& seed, int64_t row, int64_t k, uint64_t mine, Shared& sh) {
+  for (int64_t s = threadIdx.x; s < k; s += kThreads) {
+    const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s));
+    const uint64_t offset = uniform_point(r.x, r.y, sh.total) - sh.before;  // wraps below the chunk
+    if (offset < mine) sh.hit[atomicAdd(&sh.hits, 1)] = Hit{s, offset};
+  }
+  __syncthreads();
+}
+
+template <typename scalar_t, typename Weights>
+__global__ void __launch_bounds__(kThreads)
+    summarize_kernel(const scalar_t* x, int64_t n, int64_t k, int64_t chunks, int64_t chunk_items, Weights wts,
+                     Summary* summaries, int64_t* out) {
+  __shared__ Shared sh;
+  const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
+  if (ch.c == 0) {
+    for (int64_t s = threadIdx.x; s < k; s += kThreads) out[ch.row * k + s] = 0;
+  }
+  const Summary s = summarize(x + ch.row * n + ch.first, ch.count, wts, sh);
+  if (threadIdx.x == 0) summaries[blockIdx.x] = s;
+}
+
+template <typename scalar_t, typename Weights>
+__global__ void __launch_bounds__(kThreads)
+    units_kernel(const scalar_t* x, int64_t n, int64_t chunks, int64_t chunk_items, Weights wts,
+                 const Summary* summaries, uint64_t* chunk_total) {
+  __shared__ Shared sh;
+  const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
+  const Summary s = row_summary<Weights>(summaries + ch.row * chunks, chunks, sh);
+  if (threadIdx.x == 0) sh.law = row_law<Weights>(s, n);
+  __syncthreads();
+  const uint64_t total = chunk_units(x + ch.row * n + ch.first, ch.count, wts, sh.law, n, sh);
+  if (threadIdx.x == 0) chunk_total[blockIdx.x] = total;
+}
+
+template <typename scalar_t, typename Weights>
+__global__ void __launch_bounds__(kThreads)
+    draw_kernel(const scalar_t* x, int64_t n, int64_t k, int64_t chunks, int64_t chunk_items, Weights wts,
+                const Summary* summaries, const uint64_t* chunk_total, at::PhiloxCudaState philox, int64_t* out,
+                uint32_t* status) {
+  __shared__ Shared sh;
+  const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
+  const Summary s = row_summary<Weights>(summaries + ch.row * chunks, chunks, sh);
+  if (threadIdx.x == 0) {
+    sh.law = row_law<Weights>(s, n);
+    sh.hits = 0;
+    const uint32_t flags = summary_flags(s);
+    if (ch.c == 0 && flags) atomicOr(status, flags);
+  }
+  const uint64_t* units_of_row = chunk_total + ch.row * chunks;
+  uint64_t before = 0, all = 0;
+  for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {
+    all += units_of_row[c];
+    before += c < ch.c ? units_of_row[c] : 0;
+  }
+  __syncthreads();
+  all = UnitsReduce(sh.tmp.units).Sum(all);
+  __syncthreads();
+  before = UnitsReduce(sh.tmp.units).Sum(before);
+  if (threadIdx.x == 0) {
+    sh.total = all;
+    sh.before = before;
+  }
+  __syncthreads();
+  collect_hits(philox_seed(philox), ch.row, k, units_of_row[ch.c], sh);
+  if (sh.hits == 0) return;
+  sort_hits(sh);
+  find_hits(x + ch.row * n + ch.first, ch.count, wts, sh.law, n, ch.first, sh, out + ch.row * k);
+}
+
+// One block per row: the three steps in one kernel.
+template <typename scalar_t, typename Weights>
+__global__ void __launch_bounds__(kThreads)
+    row_kernel(const scalar_t* x, int64_t n, int64_t k, Weights wts, at::PhiloxCudaState philox, int64_t* out,
+               uint32_t* status) {
+  __shared__ Shared sh;
+  const int64_t row = blockIdx.x;
+  const scalar_t* xr = x + row * n;
+  for (int64_t s = threadIdx.x; s < k; s += kThreads) out[row * k + s] = 0;
+  const Summary s = summarize(xr, n, wts, sh);
+  if (threadIdx.x == 0) {
+    sh.law = row_law<Weights>(s, n);
+    sh.hits = 0;
+    sh.before = 0;
+    const uint32_t flags = summary_flags(s);
+    if (flags) atomicOr(status, flags);
+  }
+  __syncthreads();
+  const uint64_t total = chunk_units(xr, n, wts, sh.law, n, sh);
+  if (threadIdx.x == 0) sh.total = total;
+  __syncthreads();
+  collect_hits(philox_seed(philox), row, k, sh.total, sh);
+  sort_hits(sh);
+  find_hits(xr, n, wts, sh.law, n, 0, sh, out + row * k);
+}
+
+// One thread per row: its flags from its chunks' summaries.
+template <typename Weights>
+__global__ void row_flags_kernel(const Summary* summaries, int64_t rows, int64_t chunks, uint32_t* status) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (row >= rows) return;
+  Summary s = Weights::empty();
+  for (int64_t c = 0; c < chunks; ++c) s = Weights::combine(s, summaries[row * chunks + c]);
+  const uint32_t flags = summary_flags(s);
+  if (flags) atomicOr(status, flags);
+}
+
+template <typename scalar_t, typename Weights>
+void launch_flags(const DrawCall& call, const Weights& wts) {
+  const int64_t chunks = inverse_cdf_chunks(call.rows, call.n);
+  const int64_t chunk_items = ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
+  std::vector<at::Tensor> keep;
+  auto* summaries = scratch<Summary>(keep, call.x.options(), call.rows * chunks);
+  summarize_kernel<scalar_t, Weights><<<call.rows * chunks, kThreads, 0, call.stream>>>(
+      call.x.const_data_ptr<scalar_t>(), call.n, 0, chunks, chunk_items, wts, summaries, nullptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  row_flags_kernel<Weights><<<ceil_div(call.rows, kThreads), kThreads, 0, call.stream>>>(summaries, call.rows, chunks,
+                                                                                       call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t, typename Weights>
+void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
+  const scalar_t* x = call.x.const_data_ptr<scalar_t>();
+  if (chunks == 1) {
+    row_kernel<scalar_t, Weights><<<call.rows, kThreads, 0, call.stream>>>(x, call.n, call.k, wts, call.philox,
+                                                                         call.out, call.status);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  const int64_t chunk_items = ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
+  const int64_t blocks = call.rows * chunks;
+  std::vector<at::Tensor> keep;
+  const auto opts = call.x.options();
+  auto* summaries = scratch<Summary>(keep, opts, blocks);
+  auto* chunk_total = scratch<uint64_t>(keep, opts, blocks);
+  summarize_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, call.k, chunks, chunk_items,
+                                                                          wts, summaries, call.out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  units_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts,
+                                                                      summaries, chunk_total);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  draw_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(
+      x, call.n, call.k, chunks, chunk_items, wts, summaries, chunk_total, call.philox, call.out, call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+// Chunks per row: enough blocks to fill the GPU (about 16 per SM), whole tiles each, at
+// most kMaxChunks; one chunk (a block per row) once rows alone fill it.
+int64_t inverse_cdf_chunks(int64_t rows, int64_t n) {
+  static const int64_t fill = 16 * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t wanted = ceil_div(fill, rows);
+  const int64_t most = std::min(ceil_div(n, kTile), kMaxChunks);
+  const int64_t chunks = std::max<int64_t>(1, std::min(wanted, most));
+  return ceil_div(n, ceil_div(ceil_div(n, chunks), kTile) * kTile);  // after rounding to tiles
+}
+
+void draw_inverse_cdf(const DrawCall& call, int64_t chunks) {
+  TORCH_INTERNAL_ASSERT(call.k <= kMaxChunkSamples);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "inverse_cdf_cuda", [&] {
+    if (call.logits) {
+      launch<scalar_t>(call, LogitWeights{call.inv_temperature}, chunks);
+    } else {
+      launch<scalar_t>(call, ProbWeights{1.0}, chunks);
+    }
+  });
+}
+
+void flag_rows(const DrawCall& call) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "flag_rows_cuda", [&] {
+    if (call.logits) {
+      launch_flags<scalar_t>(call, LogitWeights{call.inv_temperature});
+    } else {
+      launch_flags<scalar_t>(call, ProbWeights{1.0});
+    }
+  });
+}
+
+}  // namespace wrs::multinomial

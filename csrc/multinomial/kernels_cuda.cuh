@@ -1,0 +1,50 @@
+#pragma once
+// The CUDA kernels of the multinomial family, as launchers the method table in
+// multinomial_cuda.cu calls. Each dispatches over the input dtype and the weight law.
+#include "multinomial/laws.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/PhiloxCudaState.h>
+#include <cuda_runtime.h>
+
+namespace wrs::multinomial {
+
+// One call: rows of `n` inputs (contiguous [rows, n]), `k` draws per row into out
+// [rows, k]; problems OR-ed into *status (common/checks.h flags, kTooFewNonzero).
+struct DrawCall {
+  at::Tensor x;
+  int64_t rows;
+  int64_t n;
+  int64_t k;
+  bool logits;             // x are logits (softmax(x / T)), else probabilities
+  double inv_temperature;  // 1 / T, logits only
+  at::PhiloxCudaState philox;
+  int64_t* out;
+  uint32_t* status;
+  cudaStream_t stream;
+};
+
+// With replacement (the alias tables' quantized law, laws.h).
+// Short rows, a row per 8-32 lanes of a warp: n <= kMaxWarpRow and warp_rows_serve(n, k).
+constexpr int64_t kMaxWarpRow = 1024;
+bool warp_rows_serve(int64_t n, int64_t k, bool float64);
+void draw_warp_rows(const DrawCall& call);
+// Any row length, up to kMaxChunkSamples draws: chunks of a row per block (a block per
+// row when chunks == 1).
+constexpr int64_t kMaxChunkSamples = 128;
+int64_t inverse_cdf_chunks(int64_t rows, int64_t n);
+void draw_inverse_cdf(const DrawCall& call, int64_t chunks);
+// The value flags of every row (summary_flags), without drawing; k and out unused.
+void flag_rows(const DrawCall& call);
+
+// Without replacement (race keys, laws.h), up to kMaxTopK draws: warps keep the top k of
+// their stretch; a block serves several short rows, or a chunk of a long row whose
+// chunks are then merged.
+constexpr int64_t kMaxTopK = 64;
+int64_t topk_chunks(int64_t rows, int64_t n);
+void draw_topk(const DrawCall& call, int64_t chunks);
+// Every item's race key (float64, [rows, n]) for torch.topk beyond kMaxTopK; value flags
+// only (the caller finds zero-sum rows and rows with too few nonzero items from the top k).
+void race_keys(const DrawCall& call, double* keys);
+
+}  // namespace wrs::multinomial

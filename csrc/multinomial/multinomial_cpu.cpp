@@ -1,0 +1,399 @@
+// multinomial and sample_logits on the CPU, with the laws and Philox streams of the CUDA
+// kernels (laws.h). Work is cut into fixed chunks of rows (tasks), never per thread, so
+// results do not depend on the thread count; at::parallel_for runs small calls inline.
+//
+// Which method serves a shape class on the CPU, and why:
+//
+// | replacement   | shape (n items per row, k draws) | method        | why                                        |
+// | ------------- | -------------------------------- | ------------- | ------------------------------------------ |
+// | yes, or k = 1 | k <= max(64, n)                  | inverse CDF   | a sum pass, then k sorted points found by  |
+// |               |                                  |               | one partial scan per row (a few long rows: |
+// |               |                                  |               | chunk tasks); no table                     |
+// | yes           | k > max(64, n)                   | alias tables  | O(1) per draw once built; sorting k points |
+// |               |                                  |               | would cost O(k log k)                      |
+// | no            | any k >= 2                       | race keys     | one pass of keys; each chunk keeps its top |
+// |               |                                  |               | k (nth_element), a row merges its chunks   |
+#include "common/philox.h"
+#include "multinomial/laws.h"
+#include "multinomial/multinomial.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace wrs::multinomial {
+namespace {
+
+constexpr int64_t kChunk = int64_t(1) << 15;  // items per task of a long row
+constexpr int64_t kTaskItems = int64_t(1) << 14;  // at least this much work per parallel_for grain
+
+// A row cut into chunks of at most kChunk items.
+struct Chunks {
+  int64_t rows, n, per_row, items;
+  Chunks(int64_t rows_, int64_t n_) : rows(rows_), n(n_), per_row((n_ + kChunk - 1) / kChunk), items(std::min(n_, kChunk)) {}
+  int64_t tasks() const { return rows * per_row; }
+  int64_t grain() const { return std::max<int64_t>(1, kTaskItems / items); }
+  int64_t row(int64_t task) const { return task / per_row; }
+  int64_t first(int64_t task) const { return (task % per_row) * items; }
+  int64_t count(int64_t task) const { return std::min(items, n - first(task)); }
+};
+
+template <typename scalar_t, typename Weights>
+Summary summarize(const scalar_t* p, int64_t count, const Weights& wts) {
+  Summary s = Weights::empty();
+  for (int64_t i = 0; i < count; ++i) s = wts.add(s, static_cast<double>(p[i]));
+  return s;
+}
+
+// Probabilities: four running sums and minima in a fixed order (instruction-level
+// parallelism, no flag per item). NaN and inf show in the sum, negatives in the minimum:
+// multinomial's single error text covers all three.
+template <typename scalar_t>
+Summary summarize(const scalar_t* p, int64_t count, const ProbWeights&) {
+  double sum[4] = {0, 0, 0, 0};
+  double low[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    for (int j = 0; j < 4; ++j) {
+      const double v = static_cast<double>(p[i + j]);
+      sum[j] += v;
+      low[j] = v < low[j] ? v : low[j];
+    }
+  }
+  for (; i < count; ++i) {
+    const double v = static_cast<double>(p[i]);
+    sum[0] += v;
+    low[0] = v < low[0] ? v : low[0];
+  }
+  const double total = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  const bool negative = low[0] < 0 || low[1] < 0 || low[2] < 0 || low[3] < 0;
+  const uint32_t flags = (negative ? kWeightNegative : 0u) | (total != total ? kWeightNaN : 0u) |
+                         (total > 1.7976931348623157e308 ? kWeightInf : 0u);
+  return Summary{0.0, total, flags};
+}
+
+template <typename scalar_t, typename Weights>
+std::vector<Summary> row_summaries(const scalar_t* x, const Chunks& ch, const Weights& wts) {
+  std::vector<Summary> chunk(ch.tasks());
+  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      chunk[t] = summarize(x + ch.row(t) * ch.n + ch.first(t), ch.count(t), wts);
+    }
+  });
+  std::vector<Summary> rows(ch.rows, Weights::empty());
+  for (int64_t t = 0; t < ch.tasks(); ++t) rows[ch.row(t)] = Weights::combine(rows[ch.row(t)], chunk[t]);
+  return rows;
+}
+
+// Raises before anything is drawn; on the CPU the checks cost no extra pass.
+void raise_rows(const Request& r, const std::vector<Summary>& rows) {
+  uint32_t flags = 0;
+  for (const Summary& s : rows) flags |= summary_flags(s);
+  raise_value_flags(r, flags);
+}
+
+// ---- with replacement: inverse CDF ----------------------------------------------------
+
+struct Point {
+  uint64_t at;     // units from the row's start
+  int64_t sample;  // which of the row's k draws
+};
+
+void sort_points(Point* pts, int64_t k) {
+  std::sort(pts, pts + k, [](const Point& a, const Point& b) { return a.at < b.at; });
+}
+
+// Q_i of valid input (checked before any draw): quantize's arithmetic without its
+// guards for NaN and negative values. For probabilities with n < 2^20 every Q_i is below
+// 2^52, so adding 2^52 rounds x * direct to an integer (ties to even, as rint) and leaves
+// it in the low mantissa bits: a block's sum of Q_i is then a vector loop of multiplies,
+// adds and integer adds (setup.py builds with -ffp-contract=off, so no fused multiply-add
+// skips the rounding of the product).
+template <typename Weights>
+struct Quantizer {
+  Weights wts;
+  RowLaw law;
+  int64_t n;
+
+  static constexpr double k2to52 = 4503599627370496.0;
+  bool bit_trick() const { return !Weights::kLogits && law.scale.direct != 0.0 && n < (int64_t(1) << 20); }
+  double cap_biased() const { return static_cast<double>(n) * static_cast<double>(alias::kBucket) + k2to52; }
+
+  uint64_t operator()(double x) const {
+    if (!bit_trick()) return units(wts, x, law, n);
+    const double v = std::min(x * law.scale.direct + k2to52, cap_biased());
+    return bits(v) - bits(k2to52);
+  }
+
+  template <typename scalar_t>
+  uint64_t sum(const scalar_t* p, int64_t count) const {
+    uint64_t total = 0;
+    if (!bit_trick()) {
+      for (int64_t i = 0; i < count; ++i) total += (*this)(static_cast<double>(p[i]));
+      return total;
+    }
+    const double direct = law.scale.direct;
+    const double cap = cap_biased();
+    for (int64_t i = 0; i < count; ++i) total += bits(std::min(static_cast<double>(p[i]) * direct + k2to52, cap));
+    return total - static_cast<uint64_t>(count) * bits(k2to52);
+  }
+
+  static uint64_t bits(double v) {
+    uint64_t b;
+    std::memcpy(&b, &v, sizeof b);
+    return b;
+  }
+};
+
+// Where the first point at or beyond `through` lies in p[0, count): writes the points it
+// passes (pts[found..]) and returns the running total. Blocks with no point are summed
+// whole.
+template <typename scalar_t, typename Weights>
+uint64_t scan_points(const scalar_t* p, int64_t count, int64_t first, const Quantizer<Weights>& quantize,
+                     uint64_t through, const Point* pts, int64_t k, int64_t& found, int64_t* out) {
+  constexpr int64_t kBlock = 256;
+  for (int64_t b = 0; b < count && found < k; b += kBlock) {
+    const int64_t len = std::min(kBlock, count - b);
+    const uint64_t block = quantize.sum(p + b, len);
+    if (pts[found].at - through >= block) {  // no point in this block
+      through += block;
+      continue;
+    }
+    for (int64_t i = b; i < b + len; ++i) {
+      through += quantize(static_cast<double>(p[i]));
+      for (; found < k && pts[found].at < through; ++found) out[pts[found].sample] = first + i;
+    }
+  }
+  return through;
+}
+
+// An upper bound on sum Q_i: n * 2^32 units up to the summation error of W (below
+// (n + 16) 2^-50 relative, eight times the bound of float64 recursive summation) plus
+// half a unit per item of rounding.
+inline uint64_t units_bound(int64_t n) {
+  const double base = static_cast<double>(n) * static_cast<double>(alias::kBucket);
+  return static_cast<uint64_t>(base) + static_cast<uint64_t>(base * (static_cast<double>(n) + 16) * 0x1.0p-50) +
+         static_cast<uint64_t>(n) + 1;
+}
+
+// One row, one task: after its summary pass, its k points are drawn uniformly on
+// [0, units_bound) and sorted, and one scan quantizes items until the last point is
+// found. A point beyond the row's real total (probability below (n + 16) 2^-50) is drawn
+// again, exactly, once the total is known: conditioned on acceptance a point is uniform
+// on [0, sum Q), so the law is the quantized one either way.
+template <typename scalar_t, typename Weights>
+void draw_row(const scalar_t* x, int64_t n, int64_t row, int64_t k, const Quantizer<Weights>& quantize,
+              const PhiloxSeed& seed, Point* pts, int64_t* out) {
+  const uint64_t bound = units_bound(n);
+  for (int64_t s = 0; s < k; ++s) {  // sample s: Philox block row * k + s (words 0-1; 2-3 for a redraw)
+    const auto bits = philox_block(seed, static_cast<uint64_t>(row * k + s));
+    pts[s] = Point{uniform_point(bits[0], bits[1], bound), s};
+  }
+  sort_points(pts, k);
+  int64_t found = 0;
+  scan_points(x, n, 0, quantize, 0, pts, k, found, out);
+  if (found == k) return;
+  const uint64_t total = quantize.sum(x, n);
+  const int64_t left = k - found;
+  for (int64_t j = 0; j < left; ++j) {
+    const auto bits = philox_block(seed, static_cast<uint64_t>(row * k + pts[found + j].sample));
+    pts[j] = Point{uniform_point(bits[2], bits[3], total), pts[found + j].sample};
+  }
+  sort_points(pts, left);
+  found = 0;
+  scan_points(x, n, 0, quantize, 0, pts, left, found, out);
+}
+
+// A few long rows: chunk tasks. Each chunk's units, then each row's points on its exact
+// total, sorted, then each chunk finds the points in its range with one partial scan.
+template <typename scalar_t, typename Weights>
+void draw_chunked(const Request& r, const scalar_t* x, const std::vector<Quantizer<Weights>>& quantize,
+                  const PhiloxSeed& seed, int64_t* out) {
+  const Chunks ch(r.rows, r.n);
+  std::vector<uint64_t> units_of(ch.tasks());
+  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      units_of[t] = quantize[ch.row(t)].sum(x + ch.row(t) * r.n + ch.first(t), ch.count(t));
+    }
+  });
+  std::vector<Point> points(r.rows * r.k);
+  std::vector<uint64_t> chunk_start(ch.tasks());
+  for (int64_t row = 0; row < r.rows; ++row) {
+    uint64_t total = 0;
+    for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) {
+      chunk_start[t] = total;
+      total += units_of[t];
+    }
+    Point* pts = points.data() + row * r.k;
+    for (int64_t s = 0; s < r.k; ++s) {
+      const auto bits = philox_block(seed, static_cast<uint64_t>(row * r.k + s));
+      pts[s] = Point{uniform_point(bits[0], bits[1], total), s};
+    }
+    sort_points(pts, r.k);
+  }
+  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t row = ch.row(t);
+      const Point* pts = points.data() + row * r.k;
+      const Point* end = pts + r.k;
+      const uint64_t start = chunk_start[t];
+      const Point* hit = std::lower_bound(pts, end, start, [](const Point& a, uint64_t v) { return a.at < v; });
+      if (hit == end || hit->at - start >= units_of[t]) continue;
+      int64_t found = hit - pts;
+      const int64_t last = std::lower_bound(hit, end, start + units_of[t],
+                                            [](const Point& a, uint64_t v) { return a.at < v; }) - pts;
+      scan_points(x + row * r.n + ch.first(t), ch.count(t), ch.first(t), quantize[row], start, pts, last, found,
+                  out + row * r.k);
+    }
+  });
+}
+
+// Rows fewer than this, each longer than a chunk, are cut into chunk tasks.
+constexpr int64_t kChunkedRows = 16;
+
+template <typename scalar_t, typename Weights>
+void draw_inverse_cdf(const Request& r, const scalar_t* x, const Weights& wts, const PhiloxSeed& seed, int64_t* out) {
+  const Chunks ch(r.rows, r.n);
+  const std::vector<Summary> summary = row_summaries(x, ch, wts);
+  raise_rows(r, summary);
+  std::vector<Quantizer<Weights>> quantize(r.rows);
+  for (int64_t row = 0; row < r.rows; ++row) quantize[row] = {wts, row_law<Weights>(summary[row], r.n), r.n};
+  if (r.rows < kChunkedRows && ch.per_row > 1) return draw_chunked(r, x, quantize, seed, out);
+  at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
+    std::vector<Point> pts(r.k);
+    for (int64_t row = b0; row < b1; ++row) {
+      draw_row(x + row * r.n, r.n, row, r.k, quantize[row], seed, pts.data(), out + row * r.k);
+    }
+  });
+}
+
+// ---- without replacement: race keys -----------------------------------------------------
+
+struct Keyed {
+  double key;
+  int64_t index;
+};
+
+inline bool higher(const Keyed& a, const Keyed& b) { return a.key > b.key || (a.key == b.key && a.index < b.index); }
+
+// Keeps the k highest of `c` (in place), unordered.
+inline void keep_top(std::vector<Keyed>& c, int64_t k) {
+  if (static_cast<int64_t>(c.size()) <= k) return;
+  std::nth_element(c.begin(), c.begin() + (k - 1), c.end(), higher);
+  c.resize(k);
+}
+
+template <typename scalar_t, typename Weights>
+void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const PhiloxSeed& seed, int64_t* out) {
+  const Chunks ch(r.rows, r.n);
+  const std::vector<Summary> summary = row_summaries(x, ch, wts);
+  raise_rows(r, summary);
+  const int64_t pairs = (r.n + 1) / 2;
+  std::vector<std::vector<Keyed>> top(ch.tasks());
+  std::vector<int64_t> nonzero(ch.tasks());
+  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t row = ch.row(t);
+      const scalar_t* p = x + row * r.n;
+      std::vector<Keyed>& c = top[t];
+      c.reserve(std::min<int64_t>(2 * r.k, ch.count(t)));
+      double kth = Weights::kNone;  // keys at or below it cannot enter the top k
+      int64_t nz = 0;
+      // Chunks start at even items, so item i uses half i % 2 of Philox block row * pairs + i / 2.
+      for (int64_t i = ch.first(t), end = ch.first(t) + ch.count(t); i < end; i += 2) {
+        const auto bits = philox_block(seed, static_cast<uint64_t>(row * pairs + i / 2));
+        for (int64_t h = 0; h < 2 && i + h < end; ++h) {
+          const double v = static_cast<double>(p[i + h]);
+          nz += Weights::nonzero(v);
+          const double key = wts.key(v, exponential(bits[2 * h], bits[2 * h + 1]));
+          if (key <= kth) continue;
+          c.push_back(Keyed{key, i + h});
+          if (static_cast<int64_t>(c.size()) == 2 * r.k) {  // amortised: halve back to k
+            keep_top(c, r.k);
+            kth = c[r.k - 1].key;  // nth_element left the k-th highest there
+          }
+        }
+      }
+      keep_top(c, r.k);
+      nonzero[t] = nz;
+    }
+  });
+  uint32_t flags = 0;
+  at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.k * ch.per_row)), [&](int64_t b0, int64_t b1) {
+    for (int64_t row = b0; row < b1; ++row) {
+      std::vector<Keyed> merged;
+      int64_t nz = 0;
+      for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) {
+        merged.insert(merged.end(), top[t].begin(), top[t].end());
+        nz += nonzero[t];
+      }
+      if (nz < r.k) continue;  // raised below, before the output is returned
+      keep_top(merged, r.k);
+      std::sort(merged.begin(), merged.end(), higher);
+      for (int64_t s = 0; s < r.k; ++s) out[row * r.k + s] = merged[s].index;
+    }
+  });
+  for (int64_t row = 0; row < r.rows; ++row) {
+    int64_t nz = 0;
+    for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) nz += nonzero[t];
+    if (nz < r.k) flags |= kTooFewNonzero;
+  }
+  raise_value_flags(r, flags);
+}
+
+at::Tensor sample_cpu(const Request& r, std::optional<at::Generator> generator) {
+  at::Tensor out = at::empty(r.out_shape, r.x.options().dtype(at::kLong));
+  if (r.rows == 0) return out;
+  const bool inverse_cdf = r.replacement || r.k == 1;
+  if (inverse_cdf && r.k > std::max<int64_t>(64, r.n)) {  // alias tables
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, r.x.scalar_type(), "multinomial_cpu_checks", [&] {
+      const Chunks ch(r.rows, r.n);
+      const scalar_t* x = r.x.const_data_ptr<scalar_t>();
+      raise_rows(r, r.logits ? row_summaries(x, ch, LogitWeights{r.inv_temperature}) : row_summaries(x, ch, ProbWeights{1.0}));
+    });
+    return sample_alias_tables(r, generator);
+  }
+  const PhiloxSeed seed = cpu_philox_seed(generator);
+  int64_t* o = out.mutable_data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, r.x.scalar_type(), "multinomial_cpu", [&] {
+    const scalar_t* x = r.x.const_data_ptr<scalar_t>();
+    auto run = [&](const auto& wts) {
+      if (inverse_cdf) {
+        draw_inverse_cdf(r, x, wts, seed, o);
+      } else {
+        draw_race(r, x, wts, seed, o);
+      }
+    };
+    if (r.logits) {
+      run(LogitWeights{r.inv_temperature});
+    } else {
+      run(ProbWeights{1.0});
+    }
+  });
+  return out;
+}
+
+at::Tensor multinomial_cpu(const at::Tensor& input, int64_t num_samples, bool replacement,
+                           std::optional<at::Generator> generator) {
+  return sample_cpu(multinomial_request(input, num_samples, replacement), generator);
+}
+
+at::Tensor sample_logits_cpu(const at::Tensor& logits, int64_t num_samples, double temperature, bool replacement,
+                             std::optional<at::Generator> generator) {
+  return sample_cpu(logits_request(logits, num_samples, temperature, replacement), generator);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(wrs, CPU, m) {
+  m.impl("multinomial", &multinomial_cpu);
+  m.impl("sample_logits", &sample_logits_cpu);
+}
+
+}  // namespace wrs::multinomial

@@ -1,0 +1,169 @@
+// With replacement, short rows (up to 1,024 items): 8, 16 or 32 lanes of a warp per row,
+// so short rows share the per-row work (reductions, scale, Philox) of a warp instruction.
+// Each row is quantized exactly as alias tables do (laws.h), its integers are scanned
+// across the row's lanes, and each sample is an inverse-CDF lookup on them. The items may
+// sit in any order along the CDF (the law does not depend on it), so lane l of a row
+// holds items j * LANES + l (coalesced stripes), prefetched into registers for the next
+// row group while the warp works on the current one from shared memory.
+#include "common/cuda_utils.cuh"
+#include "common/philox_cuda.cuh"
+#include "multinomial/kernels_cuda.cuh"
+
+#include <ATen/Dispatch.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <type_traits>
+
+namespace wrs::multinomial {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / kWarp;
+constexpr int64_t kMaxSamples = 64;
+
+// Inputs as held in registers: float unless they are doubles (exact either way).
+template <typename scalar_t>
+using held_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+
+// The row's summary over its LANES lanes, the same on each: the butterfly leaves lanes
+// with differently rounded sums, and every lane must quantize with the same scale, so
+// the row's first lane's is broadcast.
+template <int LANES, typename Weights>
+__device__ inline Summary row_summary(Summary s) {
+  for (int offset = LANES / 2; offset > 0; offset /= 2) {
+    const Summary other{__shfl_xor_sync(kFullMask, s.shift, offset, LANES),
+                        __shfl_xor_sync(kFullMask, s.sum, offset, LANES),
+                        __shfl_xor_sync(kFullMask, s.flags, offset, LANES)};
+    s = Weights::combine(s, other);
+  }
+  return Summary{__shfl_sync(kFullMask, s.shift, 0, LANES), __shfl_sync(kFullMask, s.sum, 0, LANES), s.flags};
+}
+
+// Each warp takes row groups g, g + W, ... (W warps in the grid) of 32 / LANES rows.
+template <typename scalar_t, typename Weights, int LANES, int ITEMS>
+__global__ void __launch_bounds__(kThreads)
+    warp_rows_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, Weights wts,
+                     at::PhiloxCudaState philox, int64_t* out, uint32_t* status) {
+  constexpr int kRowsPerWarp = kWarp / LANES;
+  // Each row's slots padded by LANES: with ITEMS + 1 odd, the rows of a warp start in
+  // different banks, so slot j of every lane of the warp is conflict-free.
+  constexpr int kRowSlots = LANES * (ITEMS + 1);
+  __shared__ held_t<scalar_t> staged[kWarpsPerBlock][kRowsPerWarp * kRowSlots];
+  const int lane = threadIdx.x % kWarp;
+  const int l = lane % LANES;
+  held_t<scalar_t>* v = staged[threadIdx.x / kWarp] + (lane / LANES) * kRowSlots + l;  // v[j * LANES]
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  const PhiloxSeed seed = philox_seed(philox);
+  scalar_t next[ITEMS];
+  auto fetch = [&](int64_t group) {
+    const int64_t row = group * kRowsPerWarp + lane / LANES;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const int64_t i = j * LANES + l;
+      next[j] = row < rows && i < n ? x[row * n + i] : scalar_t(0);
+    }
+  };
+  int64_t group = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
+  fetch(group);
+  for (; group * kRowsPerWarp < rows; group += warps) {  // warp-uniform
+    const int64_t row = group * kRowsPerWarp + lane / LANES;
+    const bool valid = row < rows;
+    Summary mine = Weights::empty();
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const held_t<scalar_t> h = static_cast<held_t<scalar_t>>(next[j]);
+      v[j * LANES] = h;  // the lane's own slots: only it reads them back
+      if (j * LANES + l < n) mine = wts.add(mine, h);
+    }
+    fetch(group + warps);
+    const Summary sum = row_summary<LANES, Weights>(mine);
+    const uint32_t flags = summary_flags(sum);
+    if (valid && l == 0 && flags) atomicOr(status, flags);
+    const RowLaw law = row_law<Weights>(sum, n);
+    auto units_at = [&](int j) { return j * LANES + l < n ? units(wts, v[j * LANES], law, n) : uint64_t{0}; };
+    uint64_t mass = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) mass += units_at(j);
+    uint64_t through = mass;  // inclusive scan over the row's lanes
+    for (int offset = 1; offset < LANES; offset *= 2) {
+      const uint64_t y = __shfl_up_sync(kFullMask, through, offset, LANES);
+      if (l >= offset) through += y;
+    }
+    const uint64_t total = __shfl_sync(kFullMask, through, LANES - 1, LANES);
+    const uint64_t before = through - mass;
+    // Sample s: 64 bits of Philox block row * k + s. Lane t of the row draws sample s0 + t.
+    for (int64_t s0 = 0; s0 < k; s0 += LANES) {
+      uint64_t point = 0;
+      if (valid && s0 + l < k) {
+        const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s0 + l));
+        point = uniform_point(r.x, r.y, total);
+        out[row * k + s0 + l] = 0;  // stays in range if no lane claims the point (invalid rows)
+      }
+      __syncwarp();
+      const int64_t count = k - s0 < LANES ? k - s0 : LANES;
+      for (int t = 0; t < count; ++t) {
+        const uint64_t p = __shfl_sync(kFullMask, point, t, LANES);
+        if (!valid || p - before >= mass) continue;  // another lane's range
+        uint64_t end = before;
+        for (int j = 0; j < ITEMS; ++j) {
+          end += units_at(j);
+          if (p < end) {
+            out[row * k + s0 + t] = j * LANES + l;
+            break;
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename scalar_t, typename Weights, int LANES, int ITEMS>
+void launch(const DrawCall& call, const Weights& wts) {
+  const int blocks = grid_for(ceil_div(call.rows, kWarp / LANES) * kWarp, kThreads);
+  warp_rows_kernel<scalar_t, Weights, LANES, ITEMS><<<blocks, kThreads, 0, call.stream>>>(
+      call.x.const_data_ptr<scalar_t>(), call.rows, call.n, call.k, wts, call.philox, call.out, call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Lanes per row and items per lane by row length: about 4 to 16 items per lane; 32 per
+// lane only for up to 4 samples (one lane's search walks its items) and not in float64
+// (32 doubles per lane of 8 warps would need 64 KB of shared memory per block).
+template <typename scalar_t, typename Weights>
+void launch_for_length(const DrawCall& call, const Weights& wts) {
+  const int64_t n = call.n;
+  if (n <= 32) {
+    launch<scalar_t, Weights, 8, 4>(call, wts);
+  } else if (n <= 64) {
+    launch<scalar_t, Weights, 8, 8>(call, wts);
+  } else if (n <= 128) {
+    launch<scalar_t, Weights, 8, 16>(call, wts);
+  } else if (n <= 256) {
+    launch<scalar_t, Weights, 16, 16>(call, wts);
+  } else if (n <= 512) {
+    launch<scalar_t, Weights, 32, 16>(call, wts);
+  } else if constexpr (!std::is_same_v<scalar_t, double>) {
+    launch<scalar_t, Weights, 32, 32>(call, wts);
+  }
+}
+
+}  // namespace
+
+bool warp_rows_serve(int64_t n, int64_t k, bool float64) {
+  if (k > kMaxSamples) return false;
+  return n <= 256 || (n <= 512 && k <= 4) || (n <= kMaxWarpRow && k <= 4 && !float64);
+}
+
+void draw_warp_rows(const DrawCall& call) {
+  TORCH_INTERNAL_ASSERT(warp_rows_serve(call.n, call.k, call.x.scalar_type() == at::kDouble));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "warp_rows_cuda", [&] {
+    if (call.logits) {
+      launch_for_length<scalar_t>(call, LogitWeights{call.inv_temperature});
+    } else {
+      launch_for_length<scalar_t>(call, ProbWeights{1.0});
+    }
+  });
+}
+
+}  // namespace wrs::multinomial
