@@ -158,12 +158,137 @@ def test_gpu_one_pass_law_1e8():
 
 
 @requires_cuda
-def test_gpu_capture_is_refused_with_a_clear_error():
-    w = torch.rand(8, 10, device="cuda")
+@pytest.mark.parametrize("shape,k,replacement", [((8, 10), 2, True), ((4, 128_256), 1, True), ((2, 50_000), 8, False),
+                                                 ((3000, 300), 50, False), ((16, 5000), 100, True),
+                                                 ((4, 1000), 300, True), ((5, 400), 80, False)])
+def test_gpu_graph_capture_and_replay(shape, k, replacement):
+    """Every CUDA method captures (no host read while capturing) and replays with fresh draws."""
+    w = torch.rand(shape, device="cuda") ** 2
+    w[..., ::3] = 0
+    torch_wrs.multinomial(w, k, replacement)  # warm-up outside capture
     graph = torch.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match="CUDA-graph capture forbids"):
+    with torch.cuda.graph(graph):
+        s = torch_wrs.multinomial(w, k, replacement)
+    draws = []
+    for _ in range(3):
+        graph.replay()
+        draws.append(s.clone())
+    assert not torch.equal(draws[0], draws[1]) or not torch.equal(draws[1], draws[2])
+    for d in draws:
+        assert d.min() >= 0 and d.max() < shape[-1]
+        assert not (d % 3 == 0).any(), "a zero weight was drawn"
+
+
+@requires_cuda
+def test_gpu_invalid_input_under_capture_stays_in_range():
+    """Under capture nothing raises; invalid rows still give in-range indices."""
+    w = torch.rand(6, 3000, device="cuda")
+    w[1] = 0
+    w[2, 5] = float("nan")
+    w[3, 7] = -1
+    w[4, :] = float("inf")
+    for k, replacement in ((1, True), (4, True), (100, True), (3, False), (70, False)):
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            torch_wrs.multinomial(w, 2, True)
+            s = torch_wrs.multinomial(w, k, replacement)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert s.min() >= 0 and s.max() < 3000
+
+
+def test_out_and_non_contiguous(device):
+    w = (torch.rand(40, 7, device=device) + 0.1).T  # [7, 40], non-contiguous
+    out = torch.empty(0, dtype=torch.int64, device=device)
+    g = torch.Generator(device).manual_seed(3)
+    r = torch_wrs.multinomial(w, 5, True, generator=g, out=out)
+    assert r is out and out.shape == (7, 5)
+    g.manual_seed(3)
+    assert torch.equal(out, torch_wrs.multinomial(w.contiguous(), 5, True, generator=g))
+
+
+def test_manual_seed_reproduces(device):
+    w = torch.rand(3, 70_000, device=device)
+    for k, replacement in ((1, True), (8, True), (8, False)):
+        torch.manual_seed(5)
+        a = torch_wrs.multinomial(w, k, replacement)
+        torch.manual_seed(5)
+        assert torch.equal(a, torch_wrs.multinomial(w, k, replacement))
+
+
+def test_alias_sample_keeps_foreign_tables_in_range(device):
+    """A table alias_table did not make (aliases past N) still gives indices in [0, N)."""
+    n = 50
+    g = torch.Generator().manual_seed(4)
+    table = torch.randint(-(1 << 62), 1 << 62, (3, n), generator=g, dtype=torch.int64).to(device)
+    s = torch_wrs.alias_sample(table, 100_000)
+    assert s.min() >= 0 and s.max() < n
+
+
+@pytest.mark.parametrize("shape,k", [((3, 70_000), 20_000), ((40, 2_000), 200), ((1, 300_000), 50_000)])
+def test_cpu_inverse_cdf_paths_law(shape, k):
+    """CPU with replacement: chunk tasks (few long rows) and row tasks, 1.2e6 draws pooled."""
+    g = torch.Generator().manual_seed(60)
+    w = torch.rand(shape[-1], generator=g, dtype=torch.float64) ** 4
+    w[::4] = 0
+    x = w.float().expand(shape).contiguous()
+    gen = torch.Generator().manual_seed(61)
+    counts = sum(torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=shape[-1])
+                 for _ in range(1_200_000 // (shape[0] * k)))
+    assert g_test_pvalue(counts, w.float().double()) > P_MIN
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,n,k,calls", [(2000, 4096, 128, 400), (1, 128_256, 128, 2000), (20_000, 3000, 100, 50)])
+def test_gpu_inverse_cdf_law_1e8(rows, n, k, calls):
+    """The inverse CDF over chunks (few rows, split over blocks) and over whole rows (a
+    block per row): 1e8 draws (2.6e5 for the single decode row, whose launches dominate)
+    pooled over identical rows."""
+    g = torch.Generator().manual_seed(70 + n)
+    w = torch.rand(n, generator=g, dtype=torch.float64) ** 4
+    w[::5] = 0
+    x = w.float().cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(71)
+    counts = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for _ in range(calls):
+        counts += torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=n)
+    assert g_test_pvalue(counts, w.float().double()) > P_MIN
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,n,k,calls", [(100, 40_000, 50, 200), (1000, 20_000, 8, 100)])
+def test_gpu_topk_chunks_first_two_draws(rows, n, k, calls):
+    """Without replacement, few long rows (chunks merged by a second kernel; k = 50 needs
+    two slots per lane): first draw law p, second p_j sum_{i != j} p_i / (1 - p_i)."""
+    g = torch.Generator().manual_seed(80 + n)
+    w = torch.rand(n, generator=g, dtype=torch.float64) ** 8
+    w[::3] = 0
+    x = w.float().cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(81)
+    first = torch.zeros(n, dtype=torch.int64, device="cuda")
+    second = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for _ in range(calls):
+        s = torch_wrs.multinomial(x, k, False, generator=gen)
+        assert (s.sort(-1).values.diff(dim=-1) != 0).all(), "an index repeats within a row"
+        first += torch.bincount(s[:, 0], minlength=n)
+        second += torch.bincount(s[:, 1], minlength=n)
+    pf = w.float().double()
+    pf = pf / pf.sum()
+    assert g_test_pvalue(first, pf) > P_MIN
+    assert g_test_pvalue(second, _second_draw_law(pf)) > P_MIN
+
+
+@requires_cuda
+def test_gpu_many_samples_without_replacement_errors_and_law():
+    """k > 64 without replacement: race keys and torch.topk; the errors still come."""
+    w = torch.rand(3, 500, device="cuda")
+    s = torch_wrs.multinomial(w, 100, False)
+    assert (s.sort(-1).values.diff(dim=-1) != 0).all()
+    w[1, 50:] = 0
+    with pytest.raises(RuntimeError, match="not enough non-zero categories"):
+        torch_wrs.multinomial(w, 100, False)
+    w[1] = 0
+    with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
+        torch_wrs.multinomial(w, 100, False)
 
 
 @requires_cuda
@@ -214,14 +339,16 @@ def test_gpu_without_replacement_first_two_draws(n, k):
 
 
 @requires_cuda
-def test_gpu_without_replacement_errors_per_row():
-    w = torch.rand(4096, 5000, device="cuda")
-    w[1234, 7:] = 0  # 7 nonzero: too few for 8 draws
+@pytest.mark.parametrize("rows,n", [(4096, 5000), (3, 200_000)])
+def test_gpu_without_replacement_errors_per_row(rows, n):
+    w = torch.rand(rows, n, device="cuda")
+    r = rows // 2
+    w[r, 7:] = 0  # 7 nonzero: too few for 8 draws
     with pytest.raises(RuntimeError, match="not enough non-zero categories"):
         torch_wrs.multinomial(w, 8, False)
-    w[1234] = 0
+    w[r] = 0
     with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
         torch_wrs.multinomial(w, 8, False)
-    w[1234, 9] = float("inf")
+    w[r, 9] = float("inf")
     with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
         torch_wrs.multinomial(w, 8, False)

@@ -1,0 +1,155 @@
+"""sample_logits (softmax(logits / T) without writing the softmax) and the Categorical /
+OneHotCategorical drop-ins: the law (G-tests with fixed seeds, 1e8 draws on the GPU),
+errors, and the machinery (opcheck, compile, TorchScript, CUDA graphs)."""
+import os
+
+import pytest
+import torch
+
+import torch_wrs
+from conftest import requires_cuda
+from helpers import g_test_pvalue
+from test_multinomial import _second_draw_law
+
+P_MIN = 1e-4
+
+
+def _softmax(logits, temperature=1.0):
+    return torch.softmax(logits.double() / temperature, -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("n,k,rows", [(18, 4, 5000), (1000, 1, 20_000), (3000, 8, 1000), (70_000, 128, 8)])
+def test_law_with_replacement(device, dtype, n, k, rows):
+    """Each with-replacement method (warp rows, inverse CDF by row and by chunk): 4e5 draws."""
+    g = torch.Generator().manual_seed(n + k)
+    logits = (torch.randn(n, generator=g) * 3).to(dtype)
+    logits[::7] = float("-inf")
+    x = logits.to(device).expand(rows, n).contiguous()
+    gen = torch.Generator(device).manual_seed(1)
+    counts = sum(torch.bincount(torch_wrs.sample_logits(x, k, temperature=0.7, generator=gen).reshape(-1), minlength=n)
+                 for _ in range(400_000 // (rows * k)))
+    assert g_test_pvalue(counts, _softmax(logits.double(), 0.7)) > P_MIN
+
+
+def test_without_replacement_first_two_draws(device):
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(40, generator=g) * 2
+    logits[::5] = float("-inf")
+    s = torch_wrs.sample_logits(logits.to(device).expand(200_000, 40), 6, replacement=False,
+                                generator=torch.Generator(device).manual_seed(6))
+    assert (s.sort(-1).values.diff(dim=-1) != 0).all()
+    p = _softmax(logits)
+    assert g_test_pvalue(torch.bincount(s[:, 0], minlength=40), p) > P_MIN
+    assert g_test_pvalue(torch.bincount(s[:, 1], minlength=40), _second_draw_law(p)) > P_MIN
+
+
+def test_shapes_and_empty(device):
+    x = torch.randn(2, 3, 50, device=device)
+    assert torch_wrs.sample_logits(x).shape == (2, 3, 1)
+    assert torch_wrs.sample_logits(x, 5, replacement=False).shape == (2, 3, 5)
+    assert torch_wrs.sample_logits(torch.randn(0, 7, device=device), 2).shape == (0, 2)
+    nc = torch.randn(50, 6, device=device).T
+    g = torch.Generator(device)
+    a = torch_wrs.sample_logits(nc, 3, generator=g.manual_seed(1))
+    assert torch.equal(a, torch_wrs.sample_logits(nc.contiguous(), 3, generator=g.manual_seed(1)))
+
+
+@pytest.mark.parametrize("make,kwargs,message", [
+    (lambda d: torch.tensor([0.0, float("nan")], device=d), {}, "logits contains NaN or \\+inf"),
+    (lambda d: torch.tensor([0.0, float("inf")], device=d), {}, "logits contains NaN or \\+inf"),
+    (lambda d: torch.full((2, 3), float("-inf"), device=d), {}, "all -inf"),
+    (lambda d: torch.tensor([0.0, float("-inf"), 1.0], device=d), {"num_samples": 3, "replacement": False},
+     "fewer finite logits"),
+    (lambda d: torch.zeros(3, device=d), {"num_samples": 4, "replacement": False}, "num_samples \\(4\\) > logits"),
+    (lambda d: torch.zeros(3, device=d), {"temperature": 0.0}, "temperature must be positive"),
+    (lambda d: torch.zeros(3, device=d), {"num_samples": 0}, "num_samples must be positive"),
+    (lambda d: torch.zeros(3, dtype=torch.int64, device=d), {}, "must be a floating-point tensor"),
+    (lambda d: torch.zeros(2, 0, device=d), {}, "at least one category"),
+])
+def test_errors(device, make, kwargs, message):
+    with pytest.raises(RuntimeError, match=message):
+        torch_wrs.sample_logits(make(device), **kwargs)
+
+
+def test_opcheck_compile(device):
+    x = torch.randn(3, 20, device=device)
+    for kwargs in ({"generator": None}, {"replacement": False, "temperature": 0.5}):
+        torch.library.opcheck(torch.ops.wrs.sample_logits.default, (x, 4), kwargs,
+                              test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    compiled = torch.compile(lambda t: torch.ops.wrs.sample_logits(t, 4, replacement=False) + 0, fullgraph=True)
+    s = compiled(x)
+    assert s.shape == (3, 4) and all(len(set(r)) == 4 for r in s.tolist())
+
+
+class Decoder(torch.nn.Module):
+    def forward(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
+        return torch.ops.wrs.sample_logits(logits, 1, temperature=temperature)
+
+
+def test_torchscript_roundtrip(tmp_path, device):
+    module = torch.jit.script(Decoder())
+    path = os.path.join(tmp_path, "decoder.pt")
+    module.save(path)
+    loaded = torch.jit.load(path)
+    x = torch.randn(4, 100, device=device)
+    torch.manual_seed(3)
+    a = loaded(x, 0.8)
+    torch.manual_seed(3)
+    assert torch.equal(a, module(x, 0.8)) and a.shape == (4, 1)
+
+
+@requires_cuda
+def test_gpu_law_1e8():
+    """1e8 draws from 1,000 logits (one-pass warp rows would not serve k = 100: the
+    inverse CDF does), and the LLM decode shape (few rows of 128,256, k = 1)."""
+    g = torch.Generator().manual_seed(9)
+    logits = torch.randn(1000, generator=g) * 4
+    logits[::9] = float("-inf")
+    x = logits.cuda().expand(100_000, 1000).contiguous()
+    gen = torch.Generator("cuda").manual_seed(10)
+    counts = torch.zeros(1000, dtype=torch.int64, device="cuda")
+    for _ in range(10):
+        counts += torch.bincount(torch_wrs.sample_logits(x, 100, generator=gen).reshape(-1), minlength=1000)
+    assert g_test_pvalue(counts, _softmax(logits)) > P_MIN
+    v = torch.randn(128_256, generator=g) * 3
+    x = v.to(torch.bfloat16).cuda().expand(64, 128_256).contiguous()
+    counts = torch.zeros(128_256, dtype=torch.int64, device="cuda")
+    for _ in range(2000):
+        counts += torch.bincount(torch_wrs.sample_logits(x, generator=gen).reshape(-1), minlength=128_256)
+    assert g_test_pvalue(counts, _softmax(v.to(torch.bfloat16).double())) > P_MIN
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,n,k,replacement", [(1, 128_256, 1, True), (64, 32_000, 2, True), (8, 50_000, 5, False)])
+def test_gpu_graph_capture_and_replay(rows, n, k, replacement):
+    x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
+    x[:, ::2] = float("-inf")
+    torch_wrs.sample_logits(x, k, replacement=replacement)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        s = torch_wrs.sample_logits(x, k, temperature=0.9, replacement=replacement)
+    seen = []
+    for _ in range(4):
+        graph.replay()
+        seen.append(s.clone())
+    assert any(not torch.equal(seen[0], t) for t in seen[1:])
+    for t in seen:
+        assert (t % 2 == 1).all(), "a -inf logit was drawn"
+
+
+def test_categorical_drop_in(device):
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(3, 30, generator=g).to(device)
+    for d in (torch_wrs.distributions.Categorical(logits=logits), torch_wrs.distributions.Categorical(probs=logits.softmax(-1))):
+        assert isinstance(d, torch.distributions.Categorical)
+        s = d.sample((20_000, 2))
+        assert s.shape == (20_000, 2, 3) and s.dtype == torch.int64
+        for b in range(3):
+            assert g_test_pvalue(torch.bincount(s[..., b].reshape(-1), minlength=30), _softmax(logits[b].cpu())) > P_MIN
+        assert torch.allclose(d.log_prob(s[0]), torch.distributions.Categorical(logits=logits).log_prob(s[0]), atol=1e-5)
+        assert d.sample().shape == (3,) and d.sample((0,)).shape == (0, 3)
+        assert isinstance(d.expand((4, 3)), torch_wrs.distributions.Categorical)
+    oh = torch_wrs.distributions.OneHotCategorical(logits=logits)
+    x = oh.sample((5,))
+    assert x.shape == (5, 3, 30) and (x.sum(-1) == 1).all() and x.dtype == logits.dtype
