@@ -5,6 +5,9 @@
     python -m torch_wrs.benchmark multinomial    # torch_wrs.multinomial vs torch.multinomial, batched
     python -m torch_wrs.benchmark gamma          # standard_gamma / dirichlet vs torch, CuPy, JAX
     python -m torch_wrs.benchmark radix          # radix forest build / inverse_cdf vs cumsum / searchsorted
+    python -m torch_wrs.benchmark sweep [--device cpu] [--out FILE]
+                                                 # multinomial vs torch.multinomial over the grid of
+                                                 # shapes users run, and sample_logits
 
 Each table row prints our time, what a user would run otherwise, their ratio, and the
 memory-traffic floor at this device's measured copy bandwidth.
@@ -381,19 +384,184 @@ def radix_cases(args):
         print(f"| {kind} | {cols[0]} | {cols[1]} |")
 
 
+
+# ---- the multinomial sweep ----------------------------------------------------------------
+
+SWEEP_ROWS = (1, 8, 64, 256, 4_096, 65_536, 1 << 20)
+SWEEP_CATEGORIES = (4, 18, 100, 1_000, 32_000, 128_256, 1 << 20, 1 << 24, 100_000_000)
+SWEEP_SAMPLES = (1, 2, 8, 64, 1_024, 1 << 20, 100_000_000)
+SWEEP_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def _sweep_limits(device):
+    """Largest input (items), output (samples) and row*n for the device's grid."""
+    if device == "cuda":
+        return {"items": 1 << 28, "samples": 1 << 27}
+    return {"items": 1 << 23, "samples": 1 << 20}
+
+
+def _time(device, fn, budget_s):
+    """Median ms of fn(): CUDA events on the GPU, perf_counter on the CPU; as many
+    repetitions (3 to 15) as fit in about budget_s after two warm-up calls."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    once = time.perf_counter() - t0
+    reps = int(max(3, min(15, budget_s / max(once, 1e-6))))
+    if device == "cuda":
+        return cuda_ms(fn, warmup=0, reps=reps)
+    return _wall_ms(fn, warmup=0, reps=reps)
+
+
+def _sweep_cells(device):
+    lim = _sweep_limits(device)
+    for dtype in SWEEP_DTYPES:
+        # float32 takes the whole grid; the other dtypes the samples users draw most.
+        samples = SWEEP_SAMPLES if dtype == "float32" else (1, 8, 64)
+        for rows in SWEEP_ROWS:
+            for n in SWEEP_CATEGORIES:
+                if rows * n > lim["items"] or (dtype == "float64" and 2 * rows * n > lim["items"]):
+                    continue
+                ks = [k for k in samples if rows * k <= lim["samples"]]
+                if ks:
+                    yield dtype, rows, n, ks
+
+
+def sweep(args):
+    """torch_wrs.multinomial against torch.multinomial over the grid (one process, same
+    inputs: uniform random weights + 1e-3, never zero), then sample_logits."""
+    device = args.device
+    gen = torch.Generator(device).manual_seed(0)
+    bw = copy_bandwidth() if device == "cuda" else None
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    budget = 0.15 if device == "cuda" else 0.3
+    cells = []
+    for dtype_name, rows, n, ks in _sweep_cells(device):
+        dtype = getattr(torch, dtype_name)
+        shape = (n,) if rows == 1 else (rows, n)
+        w = (torch.rand(shape, generator=gen, device=device) + 1e-3).to(dtype)
+        for k in ks:
+            for replacement in (True, False):
+                if not replacement and k > n:
+                    continue
+                ours = _time(device, lambda: torch_wrs.multinomial(w, k, replacement, generator=gen), budget)
+                try:
+                    theirs = _time(device, lambda: torch.multinomial(w, k, replacement, generator=gen), budget)
+                except RuntimeError:  # beyond torch's limits (2^24 categories, ...)
+                    theirs = None
+                floor = None
+                if bw is not None:
+                    floor = (rows * n * w.element_size() + rows * k * 8) / bw * 1e3
+                cells.append({"dtype": dtype_name, "rows": rows, "n": n, "k": k, "replacement": replacement,
+                              "ours": ours, "torch": theirs, "floor": floor})
+        del w
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    logits_rows = _sweep_logits(device, gen, budget)
+    lines = _sweep_report(name, device, bw, cells, logits_rows)
+    text = "\n".join(lines)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+
+
+def _sweep_logits(device, gen, budget):
+    """sample_logits against softmax + torch.multinomial and the unfused exponential trick."""
+    shapes = [(1, 128_256), (8, 32_000), (64, 128_256), (256, 152_064)] if device == "cuda" else [(1, 128_256), (8, 32_000), (64, 128_256)]
+    out = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows, n in shapes:
+            x = torch.randn(rows, n, generator=gen, device=device).to(dtype) * 3
+            ours = _time(device, lambda: torch_wrs.sample_logits(x, temperature=0.8, generator=gen), budget)
+            softmax = _time(device, lambda: torch.multinomial(torch.softmax(x / 0.8, -1), 1, generator=gen), budget)
+
+            def exponential_trick():
+                e = torch.empty_like(x).exponential_(generator=gen)
+                return (x / 0.8 - e.log()).argmax(-1, keepdim=True)
+
+            trick = _time(device, exponential_trick, budget)
+            out.append((str(dtype).replace("torch.", ""), rows, n, ours, softmax, trick))
+    return out
+
+
+def _fmt_ms(ms):
+    return "n/a" if ms is None else (f"{ms:.3f}" if ms >= 0.01 else f"{ms:.4f}")
+
+
+def _sweep_report(name, device, bw, cells, logits_rows):
+    import statistics as st
+    head = f"multinomial sweep on {name}"
+    if bw is not None:
+        head += f" (copy bandwidth {bw / 1e12:.2f} TB/s; floor: read the input once, write the output once)"
+    lines = [head, ""]
+    both = [c for c in cells if c["torch"] is not None]
+    ratios = [c["torch"] / c["ours"] for c in both]
+    losses = [c for c in both if c["torch"] < c["ours"]]
+    lines.append(f"cells: {len(cells)} ({len(both)} where torch runs); torch / ours: median {st.median(ratios):.2f}x, "
+                 f"minimum {min(ratios):.2f}x, maximum {max(ratios):.2f}x; slower than torch in {len(losses)} cells")
+
+    def klass(title, pick, target):
+        sel = [c for c in both if pick(c)]
+        if sel:
+            worst = min(sel, key=lambda c: c["torch"] / c["ours"])
+            lines.append(f"{title}: {len(sel)} cells, torch / ours median {st.median(c['torch'] / c['ours'] for c in sel):.2f}x, "
+                         f"minimum {worst['torch'] / worst['ours']:.2f}x at {_cell_name(worst)} (target {target})")
+
+    klass("few long rows, k <= 8 (rows <= 256, n >= 32,000)", lambda c: c["rows"] <= 256 and c["n"] >= 32_000 and c["k"] <= 8, ">= 4x")
+    klass("without replacement, k <= 64", lambda c: not c["replacement"] and c["k"] <= 64, ">= 2x")
+    if bw is not None:
+        sel = [c for c in cells if 8 <= c["rows"] <= 256 and c["n"] >= 32_000 and c["k"] <= 8]
+        if sel:
+            worst = max(sel, key=lambda c: c["ours"] / (3 * (c["floor"] + 0.010)))
+            lines.append(f"few long rows, rows >= 8: worst ours / (floor + 10 us) = "
+                         f"{worst['ours'] / (worst['floor'] + 0.010):.2f} at {_cell_name(worst)} (target <= 3)")
+    lines += ["", "Cells where ours is slower than torch:" if losses else "No cell where ours is slower than torch.", ""]
+    if losses:
+        lines += ["| dtype | rows | n | k | replacement | ours ms | torch ms | torch / ours |", "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+        for c in losses:
+            lines.append(f"| {c['dtype']} | {c['rows']:,} | {c['n']:,} | {c['k']:,} | {c['replacement']} | {_fmt_ms(c['ours'])} | "
+                         f"{_fmt_ms(c['torch'])} | {c['torch'] / c['ours']:.2f}x |")
+        lines.append("")
+    lines += ["sample_logits (temperature 0.8, one draw per row), ms:", "",
+              "| dtype | rows | V | ours | softmax + torch.multinomial | exponential trick (unfused) | vs softmax | vs trick |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for dtype, rows, n, ours, softmax, trick in logits_rows:
+        lines.append(f"| {dtype} | {rows:,} | {n:,} | {_fmt_ms(ours)} | {_fmt_ms(softmax)} | {_fmt_ms(trick)} | "
+                     f"{softmax / ours:.2f}x | {trick / ours:.2f}x |")
+    lines += ["", "Every cell (ms; SLOWER marks a loss):", "",
+              "| dtype | rows | n | k | replacement | ours | torch | torch / ours | floor | ours / floor |",
+              "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for c in cells:
+        ratio = "n/a" if c["torch"] is None else f"{c['torch'] / c['ours']:.2f}x" + (" SLOWER" if c["torch"] < c["ours"] else "")
+        floor = "n/a" if c["floor"] is None else _fmt_ms(c["floor"])
+        over = "n/a" if c["floor"] is None else f"{c['ours'] / c['floor']:.1f}"
+        lines.append(f"| {c['dtype']} | {c['rows']:,} | {c['n']:,} | {c['k']:,} | {c['replacement']} | {_fmt_ms(c['ours'])} | "
+                     f"{_fmt_ms(c['torch'])} | {ratio} | {floor} | {over} |")
+    return lines
+
+
+def _cell_name(c):
+    return f"{c['dtype']} {c['rows']:,} x {c['n']:,}, k = {c['k']:,}, replacement={c['replacement']}"
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "radix"])
+    parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "radix", "sweep"])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="for `sweep`")
+    parser.add_argument("--out", default="", help="`sweep`: also write the report to this file")
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling` and `radix`")
     parser.add_argument("--cpu-scaling", type=int, default=0, metavar="N",
                         help="also time the CPU build at N items on 1 thread and on all threads")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also print the per-kernel device time of one N-item build")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("torch_wrs.benchmark needs a CUDA device")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("torch_wrs.benchmark needs a CUDA device (or: sweep --device cpu)")
     {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases,
-     "gamma": gamma_cases, "radix": radix_cases}[args.what](args)
+     "gamma": gamma_cases, "radix": radix_cases, "sweep": sweep}[args.what](args)
 
 
 if __name__ == "__main__":

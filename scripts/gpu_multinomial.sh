@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On a GPU machine: build, run the multinomial / sample_logits GPU tests (with
+# compute-sanitizer over the kernels' capture, error and edge tests), then the sweep.
+# Logs and the sweep's full report go to $OUT (or build/gpu-logs); a summary comes last.
+#   bash scripts/gpu_multinomial.sh [sweep]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG="${OUT:-build/gpu-logs}"
+mkdir -p "$LOG"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/gpu.txt"
+t0=$SECONDS
+MAX_JOBS=16 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$LOG/build.log" 2>&1 || { tail -40 "$LOG/build.log"; exit 1; }
+echo "build: $((SECONDS - t0)) s"
+TESTS="tests/test_multinomial.py tests/test_sample_logits.py tests/test_alias_sample.py tests/test_alias_errors.py"
+timeout 300 python3 -m pytest -q -p no:cacheprovider $TESTS -k "cuda or gpu" 2>&1 | tee "$LOG/tests.log" | tail -15
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 \
+  python3 -m pytest -q -p no:cacheprovider tests/test_multinomial.py tests/test_sample_logits.py \
+  -k "(cuda or gpu) and (capture or errors or shapes or every_float or out_and or foreign or empty or reproduces)" \
+  > "$LOG/sanitizer.log" 2>&1
+echo "sanitizer rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/sanitizer.log" | tail -2 | tr '\n' ' ')"
+if [ "${1:-}" = sweep ]; then
+  timeout 420 python3 -m torch_wrs.benchmark sweep --out "$LOG/sweep.md" > "$LOG/sweep.log" 2>&1
+  echo "sweep rc=$?"; head -8 "$LOG/sweep.md" 2>/dev/null || tail -20 "$LOG/sweep.log"
+  grep -A 12 "^sample_logits" "$LOG/sweep.md"
+fi
+echo "== $(head -1 "$LOG/gpu.txt"): $(grep -E 'passed|failed' "$LOG/tests.log" | tail -1)"
