@@ -14,6 +14,7 @@ memory-traffic floor at this device's measured copy bandwidth.
 """
 import argparse
 import statistics
+import sys
 import time
 
 import torch
@@ -439,19 +440,30 @@ def sweep(args):
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     budget = 0.15 if device == "cuda" else 0.3
     cells = []
+    asserts = []  # cells where torch.multinomial would hit a device-side assert
     for dtype_name, rows, n, ks in _sweep_cells(device):
         dtype = getattr(torch, dtype_name)
         shape = (n,) if rows == 1 else (rows, n)
         w = (torch.rand(shape, generator=gen, device=device) + 1e-3).to(dtype)
+        # torch's CUDA sampler with replacement (k > 1) renormalizes rows in the input dtype:
+        # a float16 row summing past 65,504 becomes zeros and trips its device-side assert
+        # `cumdist[size - 1] > 0` (seen on the H100 at 1 x 2^20).
+        overflows = dtype == torch.float16 and device == "cuda" and w.double().sum(-1).max().item() > 65_504
         for k in ks:
             for replacement in (True, False):
                 if not replacement and k > n:
                     continue
+                torch_asserts = overflows and replacement and k > 1
+                print(f"cell {dtype_name} {rows} x {n} k={k} replacement={replacement}", file=sys.stderr, flush=True)
                 ours = _time(device, lambda: torch_wrs.multinomial(w, k, replacement, generator=gen), budget)
-                try:
-                    theirs = _time(device, lambda: torch.multinomial(w, k, replacement, generator=gen), budget)
-                except RuntimeError:  # beyond torch's limits (2^24 categories, ...)
-                    theirs = None
+                theirs = None
+                if torch_asserts:  # a device-side assert would end the process
+                    asserts.append((dtype_name, rows, n, k))
+                else:
+                    try:
+                        theirs = _time(device, lambda: torch.multinomial(w, k, replacement, generator=gen), budget)
+                    except RuntimeError:  # beyond torch's limits (2^24 categories, ...)
+                        pass
                 floor = None
                 if bw is not None:
                     floor = (rows * n * w.element_size() + rows * k * 8) / bw * 1e3
@@ -462,6 +474,9 @@ def sweep(args):
             torch.cuda.empty_cache()
     logits_rows = _sweep_logits(device, gen, budget)
     lines = _sweep_report(name, device, bw, cells, logits_rows)
+    if asserts:
+        lines.insert(3, "torch.multinomial not run (its float16 row sum overflows; device-side assert, which ends "
+                        "the CUDA context) in: " + "; ".join(f"{d} {r:,} x {n:,} k = {k:,}" for d, r, n, k in asserts))
     text = "\n".join(lines)
     if args.out:
         with open(args.out, "w") as f:
