@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 #include <cmath>
 
@@ -73,6 +74,13 @@ at::Tensor sample_alias_tables(const Request& r, std::optional<at::Generator> ge
   const at::Tensor table = table_op.call(w, /*validate=*/false);
   return sample_op.call(table, c10::SymInt(r.k), /*ordered=*/true, "auto", std::nullopt, generator)
       .view(r.out_shape);
+}
+
+// Integer outputs have no gradient: autograd is passed through rather than handled by
+// the boxed fallback, which costs host time on every call.
+TORCH_LIBRARY_IMPL(wrs, Autograd, m) {
+  m.impl("multinomial", torch::CppFunction::makeFallthrough());
+  m.impl("sample_logits", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace wrs::multinomial

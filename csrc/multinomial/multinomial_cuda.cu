@@ -38,12 +38,24 @@ Method choose(const Request& r) {
   return r.k <= kMaxTopK ? Method::kTopK : Method::kKeysTopK;
 }
 
+// The status word, read back into pinned memory (no dispatcher round trip).
+uint32_t read_status(const at::Tensor& status, cudaStream_t stream) {
+  const at::Tensor host = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+  C10_CUDA_CHECK(cudaMemcpyAsync(host.mutable_data_ptr<int>(), status.const_data_ptr<int>(), sizeof(int),
+                                 cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return static_cast<uint32_t>(*host.const_data_ptr<int>());
+}
+
 at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator) {
   at::Tensor out = at::empty(r.out_shape, r.x.options().dtype(at::kLong));
   if (r.rows == 0) return out;
   const c10::cuda::CUDAGuard guard(r.x.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor status = at::zeros({1}, r.x.options().dtype(at::kInt));
+  // Status word: a memset, not at::zeros (a fill kernel through the dispatcher: host
+  // time that a small call would feel).
+  const at::Tensor status = at::empty({1}, r.x.options().dtype(at::kInt));
+  C10_CUDA_CHECK(cudaMemsetAsync(status.mutable_data_ptr<int>(), 0, sizeof(int), stream));
   const Method method = choose(r);
   // Every kernel takes one Philox block (4 draws) per subsequence.
   DrawCall call{r.x,
@@ -84,7 +96,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
       break;
     }
   }
-  if (!stream_is_capturing(stream)) raise_value_flags(r, static_cast<uint32_t>(status.item<int>()));
+  if (!stream_is_capturing(stream)) raise_value_flags(r, read_status(status, stream));
   return out;
 }
 

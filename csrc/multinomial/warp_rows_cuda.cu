@@ -82,10 +82,13 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t flags = summary_flags(sum);
     if (valid && l == 0 && flags) atomicOr(status, flags);
     const RowLaw law = row_law<Weights>(sum, n);
-    auto units_at = [&](int j) { return j * LANES + l < n ? units(wts, v[j * LANES], law, n) : uint64_t{0}; };
+    uint64_t q[ITEMS];  // the lane's units, in registers for every sample's search
     uint64_t mass = 0;
 #pragma unroll
-    for (int j = 0; j < ITEMS; ++j) mass += units_at(j);
+    for (int j = 0; j < ITEMS; ++j) {
+      q[j] = j * LANES + l < n ? units(wts, v[j * LANES], law, n) : uint64_t{0};
+      mass += q[j];
+    }
     uint64_t through = mass;  // inclusive scan over the row's lanes
     for (int offset = 1; offset < LANES; offset *= 2) {
       const uint64_t y = __shfl_up_sync(kFullMask, through, offset, LANES);
@@ -107,13 +110,13 @@ __global__ void __launch_bounds__(kThreads)
         const uint64_t p = __shfl_sync(kFullMask, point, t, LANES);
         if (!valid || p - before >= mass) continue;  // another lane's range
         uint64_t end = before;
-        for (int j = 0; j < ITEMS; ++j) {
-          end += units_at(j);
-          if (p < end) {
-            out[row * k + s0 + t] = j * LANES + l;
-            break;
-          }
+        int64_t item = -1;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {  // unrolled: q stays in registers
+          end += q[j];
+          item = item < 0 && p < end ? j * LANES + l : item;
         }
+        out[row * k + s0 + t] = item;
       }
     }
   }
