@@ -4,15 +4,16 @@
 //
 // Which method serves a shape class on the CPU, and why:
 //
-// | replacement   | shape (n items per row, k draws) | method        | why                                        |
-// | ------------- | -------------------------------- | ------------- | ------------------------------------------ |
-// | yes, or k = 1 | k <= max(64, n)                  | inverse CDF   | a sum pass, then k sorted points found by  |
-// |               |                                  |               | one partial scan per row (a few long rows: |
-// |               |                                  |               | chunk tasks); no table                     |
-// | yes           | k > max(64, n)                   | alias tables  | O(1) per draw once built; sorting k points |
-// |               |                                  |               | would cost O(k log k)                      |
-// | no            | any k >= 2                       | race keys     | one pass of keys; each chunk keeps its top |
-// |               |                                  |               | k (nth_element), a row merges its chunks   |
+// | replacement   | shape (n items per row, k draws)  | method        | why                                       |
+// | ------------- | --------------------------------- | ------------- | ----------------------------------------- |
+// | yes, or k = 1 | 16 k < n                          | inverse CDF,  | a sum pass, then k sorted points found by |
+// |               |                                   | sorted points | one partial scan (a few long rows: chunk  |
+// |               |                                   |               | tasks); no table, no n-sized scratch      |
+// | yes, or k = 1 | 16 k >= n, and k < 65,536 or      | inverse CDF,  | the row's integer prefix sums once, a     |
+// |               | k <= 4 n                          | prefix sums   | binary search per draw: no sort           |
+// | yes           | k >= 65,536 and k > 4 n           | alias tables  | O(1) per draw once built                  |
+// | no            | any k >= 2                        | race keys     | one pass of keys; each chunk keeps its    |
+// |               |                                   |               | top k (nth_element), a row merges chunks  |
 #include "common/philox.h"
 #include "multinomial/laws.h"
 #include "multinomial/multinomial.h"
@@ -210,6 +211,21 @@ void draw_row(const scalar_t* x, int64_t n, int64_t row, int64_t k, const Quanti
   scan_points(x, n, 0, quantize, 0, pts, left, found, out);
 }
 
+// Many points for the row's length: the row's integer prefix sums once, then a binary
+// search per point on its exact total, in sample order (no sort).
+template <typename scalar_t, typename Weights>
+void draw_row_prefix(const scalar_t* x, int64_t n, int64_t row, int64_t k, const Quantizer<Weights>& quantize,
+                     const PhiloxSeed& seed, std::vector<uint64_t>& prefix, int64_t* out) {
+  prefix.resize(n);
+  uint64_t through = 0;
+  for (int64_t i = 0; i < n; ++i) prefix[i] = through += quantize(static_cast<double>(x[i]));
+  for (int64_t s = 0; s < k; ++s) {
+    const auto bits = philox_block(seed, static_cast<uint64_t>(row * k + s));
+    const uint64_t at = uniform_point(bits[0], bits[1], through);
+    out[s] = std::upper_bound(prefix.begin(), prefix.end(), at) - prefix.begin();
+  }
+}
+
 // A few long rows: chunk tasks. Each chunk's units, then each row's points on its exact
 // total, sorted, then each chunk finds the points in its range with one partial scan.
 template <typename scalar_t, typename Weights>
@@ -265,10 +281,16 @@ void draw_inverse_cdf(const Request& r, const scalar_t* x, const Weights& wts, c
   std::vector<Quantizer<Weights>> quantize(r.rows);
   for (int64_t row = 0; row < r.rows; ++row) quantize[row] = {wts, row_law<Weights>(summary[row], r.n), r.n};
   if (r.rows < kChunkedRows && ch.per_row > 1) return draw_chunked(r, x, quantize, seed, out);
+  const bool prefix = 16 * r.k >= r.n;  // points dense enough that sorting them costs more
   at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
-    std::vector<Point> pts(r.k);
+    std::vector<Point> pts(prefix ? 0 : r.k);
+    std::vector<uint64_t> sums;
     for (int64_t row = b0; row < b1; ++row) {
-      draw_row(x + row * r.n, r.n, row, r.k, quantize[row], seed, pts.data(), out + row * r.k);
+      if (prefix) {
+        draw_row_prefix(x + row * r.n, r.n, row, r.k, quantize[row], seed, sums, out + row * r.k);
+      } else {
+        draw_row(x + row * r.n, r.n, row, r.k, quantize[row], seed, pts.data(), out + row * r.k);
+      }
     }
   });
 }
@@ -347,11 +369,15 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
   raise_value_flags(r, flags);
 }
 
+// With replacement, alias tables from this many draws per row (and more than 4 per item):
+// below it their build (scratch sized for 65,536-item chunks) costs more than searching.
+constexpr int64_t kAliasSamples = 65'536;
+
 at::Tensor sample_cpu(const Request& r, std::optional<at::Generator> generator) {
   at::Tensor out = at::empty(r.out_shape, r.x.options().dtype(at::kLong));
   if (r.rows == 0) return out;
   const bool inverse_cdf = r.replacement || r.k == 1;
-  if (inverse_cdf && r.k > std::max<int64_t>(64, r.n)) {  // alias tables
+  if (inverse_cdf && r.k >= kAliasSamples && r.k > 4 * r.n) {  // alias tables
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, r.x.scalar_type(), "multinomial_cpu_checks", [&] {
       const Chunks ch(r.rows, r.n);
       const scalar_t* x = r.x.const_data_ptr<scalar_t>();
