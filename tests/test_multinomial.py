@@ -238,11 +238,12 @@ def test_cpu_inverse_cdf_paths_law(shape, k):
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n,k,calls", [(2000, 4096, 128, 400), (1, 128_256, 128, 2000), (20_000, 3000, 100, 50)])
+@pytest.mark.parametrize("rows,n,k,calls", [(2000, 4096, 128, 400), (1, 128_256, 128, 2000), (20_000, 3000, 100, 50),
+                                             (8, 32_000, 1024, 2500)])
 def test_gpu_inverse_cdf_law_1e8(rows, n, k, calls):
-    """The inverse CDF over chunks (few rows, split over blocks) and over whole rows (a
-    block per row): 1e8 draws (2.6e5 for the single decode row, whose launches dominate)
-    pooled over identical rows."""
+    """The inverse CDF over chunks (few rows, split over blocks; up to 1,024 draws a row)
+    and over whole rows (a block per row): 1e8 draws (2.6e5 for the single decode row and
+    2e7 for 8 rows of 1,024 draws, whose launches dominate) pooled over identical rows."""
     g = torch.Generator().manual_seed(70 + n)
     w = torch.rand(n, generator=g, dtype=torch.float64) ** 4
     w[::5] = 0

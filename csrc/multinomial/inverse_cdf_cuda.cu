@@ -34,6 +34,7 @@ constexpr int kThreads = 256;
 constexpr int kItems = 4;                     // items per thread per tile (blocked: index order)
 constexpr int64_t kTile = kThreads * kItems;  // 1,024
 constexpr int64_t kMaxChunks = 1024;          // per row: keeps each block's look at its row cheap
+constexpr int kRowHits = kMaxRowSamples;      // a block per row holds all its row's draws
 
 template <typename Weights>
 struct CombineSummaries {
@@ -49,6 +50,7 @@ struct Hit {
   uint64_t offset;  // its point, in units from the chunk's start
 };
 
+template <int HITS>  // capacity for the draws that land in one block's chunk
 struct Shared {
   union {
     typename SummaryReduce::TempStorage summary;
@@ -59,9 +61,10 @@ struct Shared {
   uint64_t before;  // units of the row before this chunk
   uint64_t total;   // units of the whole row
   int hits;
-  Hit hit[kMaxChunkSamples];
-  Hit sorted[kMaxChunkSamples];
+  Hit hit[HITS];
+  Hit sorted[HITS];
 };
+using ReduceShared = Shared<1>;
 
 // Chunk `c` of row `row`: items [first, first + count).
 struct ChunkOf {
@@ -74,31 +77,32 @@ struct ChunkOf {
   }
 };
 
-template <typename scalar_t, typename Weights>
-__device__ Summary summarize(const scalar_t* x, int64_t count, const Weights& wts, Shared& sh) {
+template <typename scalar_t, typename Weights, typename SH>
+__device__ Summary summarize(const scalar_t* x, int64_t count, const Weights& wts, SH& sh) {
   Summary mine = Weights::empty();
   for (int64_t i = threadIdx.x; i < count; i += kThreads) mine = wts.add(mine, static_cast<double>(x[i]));
   return SummaryReduce(sh.tmp.summary).Reduce(mine, CombineSummaries<Weights>{});  // thread 0's
 }
 
 // The row's summary from its chunks' (in thread 0), the same in every block of the row.
-template <typename Weights>
-__device__ Summary row_summary(const Summary* chunk, int64_t chunks, Shared& sh) {
+template <typename Weights, typename SH>
+__device__ Summary row_summary(const Summary* chunk, int64_t chunks, SH& sh) {
   Summary mine = Weights::empty();
   for (int64_t c = threadIdx.x; c < chunks; c += kThreads) mine = Weights::combine(mine, chunk[c]);
   return SummaryReduce(sh.tmp.summary).Reduce(mine, CombineSummaries<Weights>{});
 }
 
-template <typename scalar_t, typename Weights>
+template <typename scalar_t, typename Weights, typename SH>
 __device__ uint64_t chunk_units(const scalar_t* x, int64_t count, const Weights& wts, const RowLaw& law,
-                                int64_t n, Shared& sh) {
+                                int64_t n, SH& sh) {
   uint64_t mine = 0;
   for (int64_t i = threadIdx.x; i < count; i += kThreads) mine += units(wts, static_cast<double>(x[i]), law, n);
   return UnitsReduce(sh.tmp.units).Sum(mine);  // thread 0's
 }
 
-// Sorts sh.hit[0, sh.hits) by offset into sh.sorted (a rank count: at most 128 hits).
-__device__ void sort_hits(Shared& sh) {
+// Sorts sh.hit[0, sh.hits) by offset into sh.sorted (a rank count: O(hits^2 / threads)).
+template <typename SH>
+__device__ void sort_hits(SH& sh) {
   const int hits = sh.hits;
   for (int i = threadIdx.x; i < hits; i += kThreads) {
     const Hit h = sh.hit[i];
@@ -114,9 +118,9 @@ __device__ void sort_hits(Shared& sh) {
 
 // Writes the item of each sorted hit, reading the chunk tile by tile: thread t holds
 // items t * kItems + j of a tile, so a block scan of their units follows index order.
-template <typename scalar_t, typename Weights>
+template <typename scalar_t, typename Weights, typename SH>
 __device__ void find_hits(const scalar_t* x, int64_t count, const Weights& wts, const RowLaw& law, int64_t n,
-                          int64_t first, Shared& sh, int64_t* out) {
+                          int64_t first, SH& sh, int64_t* out) {
   const int hits = sh.hits;
   int next = 0;           // first hit not yet found (the same in every thread)
   uint64_t running = 0;   // units of the tiles before this one
@@ -154,7 +158,8 @@ __device__ void find_hits(const scalar_t* x, int64_t count, const Weights& wts, 
 }
 
 // Keeps the row's draws that land in [sh.before, sh.before + mine) in sh.hit.
-__device__ void collect_hits(const PhiloxSeed& seed, int64_t row, int64_t k, uint64_t mine, Shared& sh) {
+template <typename SH>
+__device__ void collect_hits(const PhiloxSeed& seed, int64_t row, int64_t k, uint64_t mine, SH& sh) {
   for (int64_t s = threadIdx.x; s < k; s += kThreads) {
     const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s));
     const uint64_t offset = uniform_point(r.x, r.y, sh.total) - sh.before;  // wraps below the chunk
@@ -167,7 +172,7 @@ template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads)
     summarize_kernel(const scalar_t* x, int64_t n, int64_t k, int64_t chunks, int64_t chunk_items, Weights wts,
                      Summary* summaries, int64_t* out) {
-  __shared__ Shared sh;
+  __shared__ ReduceShared sh;
   const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
   if (ch.c == 0) {
     for (int64_t s = threadIdx.x; s < k; s += kThreads) out[ch.row * k + s] = 0;
@@ -180,7 +185,7 @@ template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads)
     units_kernel(const scalar_t* x, int64_t n, int64_t chunks, int64_t chunk_items, Weights wts,
                  const Summary* summaries, uint64_t* chunk_total) {
-  __shared__ Shared sh;
+  __shared__ ReduceShared sh;
   const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
   const Summary s = row_summary<Weights>(summaries + ch.row * chunks, chunks, sh);
   if (threadIdx.x == 0) sh.law = row_law<Weights>(s, n);
@@ -189,12 +194,12 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) chunk_total[blockIdx.x] = total;
 }
 
-template <typename scalar_t, typename Weights>
+template <typename scalar_t, typename Weights, int HITS>
 __global__ void __launch_bounds__(kThreads)
     draw_kernel(const scalar_t* x, int64_t n, int64_t k, int64_t chunks, int64_t chunk_items, Weights wts,
                 const Summary* summaries, const uint64_t* chunk_total, at::PhiloxCudaState philox, int64_t* out,
                 uint32_t* status) {
-  __shared__ Shared sh;
+  __shared__ Shared<HITS> sh;
   const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
   const Summary s = row_summary<Weights>(summaries + ch.row * chunks, chunks, sh);
   if (threadIdx.x == 0) {
@@ -229,7 +234,7 @@ template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads)
     row_kernel(const scalar_t* x, int64_t n, int64_t k, Weights wts, at::PhiloxCudaState philox, int64_t* out,
                uint32_t* status) {
-  __shared__ Shared sh;
+  __shared__ Shared<kRowHits> sh;
   const int64_t row = blockIdx.x;
   const scalar_t* xr = x + row * n;
   for (int64_t s = threadIdx.x; s < k; s += kThreads) out[row * k + s] = 0;
@@ -296,8 +301,10 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
   units_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts,
                                                                       summaries, chunk_total);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  draw_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(
-      x, call.n, call.k, chunks, chunk_items, wts, summaries, chunk_total, call.philox, call.out, call.status);
+  const auto draw = call.k <= kRowHits ? draw_kernel<scalar_t, Weights, kRowHits>
+                                       : draw_kernel<scalar_t, Weights, kMaxChunkSamples>;
+  draw<<<blocks, kThreads, 0, call.stream>>>(x, call.n, call.k, chunks, chunk_items, wts, summaries, chunk_total,
+                                            call.philox, call.out, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -314,7 +321,7 @@ int64_t inverse_cdf_chunks(int64_t rows, int64_t n) {
 }
 
 void draw_inverse_cdf(const DrawCall& call, int64_t chunks) {
-  TORCH_INTERNAL_ASSERT(call.k <= kMaxChunkSamples);
+  TORCH_INTERNAL_ASSERT(call.k <= (chunks == 1 ? kMaxRowSamples : kMaxChunkSamples));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "inverse_cdf_cuda", [&] {
     if (call.logits) {
       launch<scalar_t>(call, LogitWeights{call.inv_temperature}, chunks);

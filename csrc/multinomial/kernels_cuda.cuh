@@ -29,9 +29,10 @@ struct DrawCall {
 constexpr int64_t kMaxWarpRow = 1024;
 bool warp_rows_serve(int64_t n, int64_t k, bool float64);
 void draw_warp_rows(const DrawCall& call);
-// Any row length, up to kMaxChunkSamples draws: chunks of a row per block (a block per
-// row when chunks == 1).
-constexpr int64_t kMaxChunkSamples = 128;
+// Any row length: chunks of a row per block, up to kMaxChunkSamples draws per row; a block
+// per row (chunks == 1) up to kMaxRowSamples, since its block holds and sorts them all.
+constexpr int64_t kMaxRowSamples = 128;
+constexpr int64_t kMaxChunkSamples = 1024;
 int64_t inverse_cdf_chunks(int64_t rows, int64_t n);
 void draw_inverse_cdf(const DrawCall& call, int64_t chunks);
 // The value flags of every row (summary_flags), without drawing; k and out unused.

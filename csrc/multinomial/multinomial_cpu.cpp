@@ -111,7 +111,7 @@ void sort_points(Point* pts, int64_t k) {
 }
 
 // Q_i of valid input (checked before any draw): quantize's arithmetic without its
-// guards for NaN and negative values. For probabilities with n < 2^20 every Q_i is below
+// guards for NaN and negative values. For probabilities with n <= 2^20 every Q_i is at most
 // 2^52, so adding 2^52 rounds x * direct to an integer (ties to even, as rint) and leaves
 // it in the low mantissa bits: a block's sum of Q_i is then a vector loop of multiplies,
 // adds and integer adds (setup.py builds with -ffp-contract=off, so no fused multiply-add
@@ -123,7 +123,7 @@ struct Quantizer {
   int64_t n;
 
   static constexpr double k2to52 = 4503599627370496.0;
-  bool bit_trick() const { return !Weights::kLogits && law.scale.direct != 0.0 && n < (int64_t(1) << 20); }
+  bool bit_trick() const { return !Weights::kLogits && law.scale.direct != 0.0 && n <= (int64_t(1) << 20); }
   double cap_biased() const { return static_cast<double>(n) * static_cast<double>(alias::kBucket) + k2to52; }
 
   uint64_t operator()(double x) const {
@@ -373,9 +373,13 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
 // below it their build (scratch sized for 65,536-item chunks) costs more than searching.
 constexpr int64_t kAliasSamples = 65'536;
 
-at::Tensor sample_cpu(const Request& r, std::optional<at::Generator> generator) {
-  at::Tensor out = at::empty(r.out_shape, r.x.options().dtype(at::kLong));
-  if (r.rows == 0) return out;
+at::Tensor sample_cpu(const Request& request, std::optional<at::Generator> generator) {
+  at::Tensor out = at::empty(request.out_shape, request.x.options().dtype(at::kLong));
+  if (request.rows == 0) return out;
+  // float16 and bfloat16 convert to float32 exactly; torch's vectorized conversion once
+  // costs less than a software conversion per item in every pass.
+  Request r = request;
+  if (r.x.scalar_type() == at::kHalf || r.x.scalar_type() == at::kBFloat16) r.x = r.x.to(at::kFloat);
   const bool inverse_cdf = r.replacement || r.k == 1;
   if (inverse_cdf && r.k >= kAliasSamples && r.k > 4 * r.n) {  // alias tables
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, r.x.scalar_type(), "multinomial_cpu_checks", [&] {

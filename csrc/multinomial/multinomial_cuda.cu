@@ -19,9 +19,9 @@ namespace {
 // | ---------------- | -------------------------------------- | ------------------- | ------------------------------------------------ |
 // | yes, or k = 1    | n <= 256 and k <= 64;                  | warp rows           | one read; 8-32 lanes per row share the per-row   |
 // |                  | n <= 1,024 and k <= 4                  |                     | reductions, scale and Philox                     |
-// | yes, or k = 1    | any n, k <= 128                        | inverse CDF         | about two reads, no table; few rows are cut into |
-// |                  |                                        |                     | chunks over many blocks (the LLM decode case)    |
-// | yes              | k > 128                                | alias tables        | the O(n) build pays for itself over many draws   |
+// | yes, or k = 1    | any n; k <= 128, or k <= 1,024 where   | inverse CDF         | about two reads, no table; few rows are cut into |
+// |                  | the row is cut into chunks             |                     | chunks over many blocks (the LLM decode case)    |
+// | yes              | more draws                             | alias tables        | the O(n) build pays for itself over many draws   |
 // | no               | k <= 64                                | warp top-k          | one read of race keys; few long rows in chunks,  |
 // |                  |                                        |                     | merged by a second kernel                        |
 // | no               | k > 64                                 | keys + torch.topk   | one key pass, then torch's radix select          |
@@ -33,7 +33,9 @@ enum class Method { kWarpRows, kInverseCdf, kAliasTables, kTopK, kKeysTopK };
 Method choose(const Request& r) {
   if (r.replacement || r.k == 1) {
     if (warp_rows_serve(r.n, r.k, r.x.scalar_type() == at::kDouble)) return Method::kWarpRows;
-    return r.k <= kMaxChunkSamples ? Method::kInverseCdf : Method::kAliasTables;
+    const int64_t chunks = inverse_cdf_chunks(r.rows, r.n);
+    const bool fits = r.k <= (chunks == 1 ? kMaxRowSamples : kMaxChunkSamples);
+    return fits ? Method::kInverseCdf : Method::kAliasTables;
   }
   return r.k <= kMaxTopK ? Method::kTopK : Method::kKeysTopK;
 }
