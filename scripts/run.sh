@@ -2,6 +2,7 @@
 # The two entry points of the README:
 #   bash scripts/run.sh demo   build torch_wrs and run examples/demo.py
 #   bash scripts/run.sh test   build torch_wrs and run every test (pytest, then the C++ TorchScript test)
+#   bash scripts/run.sh sweep  build torch_wrs and run the multinomial sweep against torch on the CPU
 # It uses the python3 that already has torch (the GPU machine) and otherwise makes .venv
 # with the CPU build of torch 2.13. Extra arguments go to pytest or to the demo.
 set -euo pipefail
@@ -32,6 +33,9 @@ case "$what" in
   demo)
     exec $PY examples/demo.py "$@"
     ;;
+  sweep)
+    exec $PY -m torch_wrs.benchmark sweep --device cpu "$@"
+    ;;
   test)
     $PY -m pytest tests -q -p no:cacheprovider "$@"
     echo "== C++: LibTorch build and the TorchScript test (loads what pytest exported)"
@@ -43,7 +47,7 @@ case "$what" in
     ctest --test-dir build/cmake --output-on-failure
     ;;
   *)
-    echo "usage: bash scripts/run.sh demo|test [args]" >&2
+    echo "usage: bash scripts/run.sh demo|test|sweep [args]" >&2
     exit 2
     ;;
 esac
