@@ -323,21 +323,13 @@ int64_t inverse_cdf_chunks(int64_t rows, int64_t n) {
 void draw_inverse_cdf(const DrawCall& call, int64_t chunks) {
   TORCH_INTERNAL_ASSERT(call.k <= (chunks == 1 ? kMaxRowSamples : kMaxChunkSamples));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "inverse_cdf_cuda", [&] {
-    if (call.logits) {
-      launch<scalar_t>(call, LogitWeights{call.inv_temperature}, chunks);
-    } else {
-      launch<scalar_t>(call, ProbWeights{1.0}, chunks);
-    }
+    with_weights(call, [&](const auto& wts) { launch<scalar_t>(call, wts, chunks); });
   });
 }
 
 void flag_rows(const DrawCall& call) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "flag_rows_cuda", [&] {
-    if (call.logits) {
-      launch_flags<scalar_t>(call, LogitWeights{call.inv_temperature});
-    } else {
-      launch_flags<scalar_t>(call, ProbWeights{1.0});
-    }
+    with_weights(call, [&](const auto& wts) { launch_flags<scalar_t>(call, wts); });
   });
 }
 

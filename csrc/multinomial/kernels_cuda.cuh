@@ -9,6 +9,9 @@
 
 namespace wrs::multinomial {
 
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
 // One call: rows of `n` inputs (contiguous [rows, n]), `k` draws per row into out
 // [rows, k]; problems OR-ed into *status (common/checks.h flags, kTooFewNonzero).
 struct DrawCall {
@@ -23,6 +26,16 @@ struct DrawCall {
   uint32_t* status;
   cudaStream_t stream;
 };
+
+// Calls f(weights) with the call's weight law (laws.h).
+template <typename F>
+void with_weights(const DrawCall& call, F&& f) {
+  if (call.logits) {
+    f(LogitWeights{call.inv_temperature});
+  } else {
+    f(ProbWeights{1.0});
+  }
+}
 
 // With replacement (the alias tables' quantized law, laws.h).
 // Short rows, a row per 8-32 lanes of a warp: n <= kMaxWarpRow and warp_rows_serve(n, k).

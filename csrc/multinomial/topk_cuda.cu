@@ -22,8 +22,6 @@
 namespace wrs::multinomial {
 namespace {
 
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarp;
 constexpr int64_t kPairsPerWarp = 1024;  // about 2,048 items per warp of a row or chunk
@@ -337,11 +335,7 @@ int64_t topk_chunks(int64_t rows, int64_t n) {
 void draw_topk(const DrawCall& call, int64_t chunks) {
   TORCH_INTERNAL_ASSERT(call.k <= kMaxTopK);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "topk_cuda", [&] {
-    if (call.logits) {
-      launch_for_k<scalar_t>(call, LogitWeights{call.inv_temperature}, chunks);
-    } else {
-      launch_for_k<scalar_t>(call, ProbWeights{1.0}, chunks);
-    }
+    with_weights(call, [&](const auto& wts) { launch_for_k<scalar_t>(call, wts, chunks); });
   });
 }
 
@@ -349,13 +343,9 @@ void race_keys(const DrawCall& call, double* keys) {
   const int blocks = grid_for(call.rows * ((call.n + 1) / 2), kThreads);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "race_keys_cuda", [&] {
     const scalar_t* x = call.x.const_data_ptr<scalar_t>();
-    if (call.logits) {
-      race_keys_kernel<<<blocks, kThreads, 0, call.stream>>>(x, call.rows, call.n, LogitWeights{call.inv_temperature},
-                                                             call.philox, keys, call.status);
-    } else {
-      race_keys_kernel<<<blocks, kThreads, 0, call.stream>>>(x, call.rows, call.n, ProbWeights{1.0}, call.philox,
-                                                             keys, call.status);
-    }
+    with_weights(call, [&](const auto& wts) {
+      race_keys_kernel<<<blocks, kThreads, 0, call.stream>>>(x, call.rows, call.n, wts, call.philox, keys, call.status);
+    });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

@@ -17,8 +17,6 @@
 namespace wrs::multinomial {
 namespace {
 
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarp;
 constexpr int64_t kMaxSamples = 64;
@@ -161,11 +159,7 @@ bool warp_rows_serve(int64_t n, int64_t k, bool float64) {
 void draw_warp_rows(const DrawCall& call) {
   TORCH_INTERNAL_ASSERT(warp_rows_serve(call.n, call.k, call.x.scalar_type() == at::kDouble));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "warp_rows_cuda", [&] {
-    if (call.logits) {
-      launch_for_length<scalar_t>(call, LogitWeights{call.inv_temperature});
-    } else {
-      launch_for_length<scalar_t>(call, ProbWeights{1.0});
-    }
+    with_weights(call, [&](const auto& wts) { launch_for_length<scalar_t>(call, wts); });
   });
 }
 
