@@ -454,7 +454,8 @@ def sweep(args):
                 if not replacement and k > n:
                     continue
                 torch_asserts = overflows and replacement and k > 1
-                print(f"cell {dtype_name} {rows} x {n} k={k} replacement={replacement}", file=sys.stderr, flush=True)
+                if device == "cuda":  # names the cell should a device-side assert end the process
+                    print(f"cell {dtype_name} {rows} x {n} k={k} replacement={replacement}", file=sys.stderr, flush=True)
                 ours = _time(device, lambda: torch_wrs.multinomial(w, k, replacement, generator=gen), budget)
                 theirs = None
                 if torch_asserts:  # a device-side assert would end the process
