@@ -26,6 +26,11 @@ TORCH_LIBRARY(wrs, m) {
         "Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
 
+  // Counts of total_count i.i.d. draws per category of each row of weights [..., M]
+  // (int64 [..., M], exactly multinomial: a chain of exact binomials), without drawing them.
+  m.def("multinomial_counts(Tensor weights, SymInt total_count, *, Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
+
   // Radix forests (monotone inverse CDF): weights [..., N] -> cdf int64 [..., N] (63-bit
   // fixed point), guide int32 [..., cells] (a power of two; default about N), nodes int64
   // [..., N, 2] (each node's key and its two int32 children). inverse_cdf maps u in [0, 1] (any float dtype and shape; [*batch, S] for

@@ -30,14 +30,26 @@ and against sweeps for the samplers run.
     python examples/lda_gibbs.py --synthetic nytimes --iters 50 --sampler mh
     python examples/lda_gibbs.py --synthetic small --sampler mh exact torch --plot lda.png
     python examples/lda_gibbs.py --text tests/data/state_of_the_union_2023.txt --topics 8 --iters 200
+
+Data-parallel (AD-LDA style) over torch.distributed, one process per GPU (NCCL) or per CPU
+process (gloo): the documents are sharded across ranks (contiguous, about equal tokens);
+each rank keeps its documents' n_dk and a full copy of the word-topic counts n_wk, and
+after each phase applies every rank's moves with one all_reduce of the count deltas. The
+MH sampler's per-word alias tables are rebuilt from the global counts each sweep. Rank 0
+prints and writes the history and plot. --target LL reports the time (sweeps only) to
+reach that log-likelihood per token.
+
+    torchrun --nproc_per_node=2 examples/lda_gibbs.py --synthetic nytimes --iters 50 --sampler mh
 """
 import argparse
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import List, NamedTuple, Optional
 
 import torch
+import torch.distributed as dist
 
 import torch_wrs
 
@@ -45,7 +57,9 @@ SYNTHETIC = {  # documents, vocabulary, mean document length, topics (planted an
     "small": (2_000, 2_000, 100, 20),
     "medium": (50_000, 20_000, 200, 100),
     "nytimes": (300_000, 102_660, 333, 1_024),  # about 100M tokens, the shape of UCI NYTimes
+    "pubmed": (8_200_000, 141_043, 90, 1_024),  # about 738M tokens, the shape of UCI PubMed (made in blocks)
 }
+BLOCK_GENERATED = {"pubmed"}  # too large to draw at once: synthetic_corpus_blocks
 
 
 @dataclass
@@ -56,10 +70,38 @@ class Corpus:
     vocab_size: int
     vocab: Optional[List[str]] = None
     true_topics: Optional[torch.Tensor] = None  # [K, V] word distributions of a synthetic corpus
+    # Sharded over ranks: this rank's documents are global documents [first_doc, first_doc + num_docs).
+    global_num_docs: Optional[int] = None
+    global_num_tokens: Optional[int] = None
+    first_doc: int = 0
 
     @property
     def num_tokens(self) -> int:
         return self.doc.numel()
+
+    @property
+    def total_tokens(self) -> int:
+        return self.num_tokens if self.global_num_tokens is None else self.global_num_tokens
+
+    @property
+    def total_docs(self) -> int:
+        return self.num_docs if self.global_num_docs is None else self.global_num_docs
+
+
+def shard_corpus(corpus, rank, world_size):
+    """Rank `rank`'s contiguous range of documents, cut so that ranks get about equal tokens;
+    document ids start at 0 on every rank."""
+    if world_size == 1:
+        return corpus
+    lengths = torch.bincount(corpus.doc, minlength=corpus.num_docs)
+    ends = torch.cumsum(lengths, 0)
+    targets = torch.tensor([corpus.num_tokens * r // world_size for r in range(world_size + 1)], device=ends.device)
+    cuts = torch.searchsorted(ends, targets, right=True).tolist()
+    cuts[0], cuts[-1] = 0, corpus.num_docs
+    lo, hi = cuts[rank], cuts[rank + 1]
+    t0, t1 = (int(ends[lo - 1]) if lo else 0), (int(ends[hi - 1]) if hi else 0)
+    return Corpus(corpus.doc[t0:t1] - lo, corpus.word[t0:t1], hi - lo, corpus.vocab_size, corpus.vocab,
+                  corpus.true_topics, corpus.num_docs, corpus.num_tokens, lo)
 
 
 def zipf_weights(vocab_size, exponent=1.07, device="cpu"):
@@ -90,6 +132,47 @@ def synthetic_corpus(num_docs, vocab_size, mean_length, num_topics, alpha=0.1, s
     word = torch.empty_like(z)
     word[order] = draws[taken]
     return Corpus(doc, word, num_docs, vocab_size, None, phi.double())
+
+
+def synthetic_corpus_blocks(num_docs, vocab_size, mean_length, num_topics, alpha=0.1, seed=0, device="cpu",
+                            rank=0, world_size=1, block_docs=1 << 16):
+    """The LDA model of synthetic_corpus, drawn in blocks of `block_docs` documents, each
+    from its own generator (seed, block): memory stays O(block) and rank r of world_size
+    draws only its contiguous range of blocks, the same documents whatever the world size.
+    Each token's word is one draw from its topic's alias table (a bucket, then the 32-bit
+    threshold against a 53-bit uniform)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    base = zipf_weights(vocab_size, device=device)
+    perm = torch.argsort(torch.rand(num_topics, vocab_size, generator=gen, device=device), dim=1)
+    phi = torch_wrs.dirichlet((0.05 * vocab_size * base / base.sum())[perm].float(), generator=gen)
+    table = torch_wrs.alias_table(phi).view(-1)
+    blocks = (num_docs + block_docs - 1) // block_docs
+    lo, hi = blocks * rank // world_size, blocks * (rank + 1) // world_size
+    docs, words = [], []
+    for b in range(lo, hi):
+        g = torch.Generator(device=device).manual_seed(seed * 1_000_003 + b + 1)
+        n = min(block_docs, num_docs - b * block_docs)
+        theta = torch_wrs.dirichlet(torch.full((n, num_topics), alpha, device=device), generator=g)
+        lengths = torch.poisson(torch.full((n,), float(mean_length), device=device), generator=g).long().clamp(min=1)
+        doc = torch.repeat_interleave(torch.arange(n, device=device), lengths)
+        z = torch_wrs.alias_sample(torch_wrs.alias_table(theta), int(lengths.max()), generator=g)
+        z = z[torch.arange(z.shape[1], device=device)[None, :] < lengths[:, None]]
+        bucket = torch.randint(vocab_size, z.shape, device=device, generator=g)
+        entry = table[z * vocab_size + bucket]
+        coin = torch.rand(z.shape, dtype=torch.float64, device=device, generator=g) * 2.0**32
+        words.append(torch.where(coin < (entry & 0xFFFFFFFF).double(), bucket, entry >> 32))
+        docs.append(doc + (b - lo) * block_docs)
+    doc = torch.cat(docs) if docs else torch.zeros(0, dtype=torch.int64, device=device)
+    word = torch.cat(words) if words else torch.zeros(0, dtype=torch.int64, device=device)
+    first = lo * block_docs
+    local_docs = min(hi * block_docs, num_docs) - first
+    global_tokens = None
+    if world_size > 1:
+        total = torch.tensor([doc.numel()], device=device)
+        dist.all_reduce(total)
+        global_tokens = int(total)
+    return Corpus(doc, word, local_docs, vocab_size, None, phi.double(),
+                  num_docs if world_size > 1 else None, global_tokens, first)
 
 
 def load_uci(docword_path, vocab_path=None, device="cpu"):
@@ -260,7 +343,10 @@ class LDA:
         self.c, self.K, self.alpha, self.beta = corpus, num_topics, alpha, beta
         device = corpus.doc.device
         self.compile = device.type == "cuda" if compile is None else compile
-        torch.manual_seed(seed)
+        # Data-parallel when torch.distributed is set up: n_dk and z hold this rank's
+        # documents, n_wk and n_k the global counts. Each rank seeds its own stream.
+        self.world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        torch.manual_seed(seed + (dist.get_rank() if self.world_size > 1 else 0))
         self._phases = None
         self.doc_length = torch.bincount(corpus.doc, minlength=corpus.num_docs)
         self.doc_start = torch.cumsum(self.doc_length, 0) - self.doc_length
@@ -275,7 +361,9 @@ class LDA:
         self.n_wk = torch.zeros(c.vocab_size * K, dtype=torch.int32, device=c.doc.device)
         self.n_wk.index_add_(0, c.word * K + self.z, ones)
         self.n_dk, self.n_wk = self.n_dk.view(c.num_docs, K), self.n_wk.view(c.vocab_size, K)
-        self.n_k = torch.bincount(self.z, minlength=K)
+        if self.world_size > 1:
+            dist.all_reduce(self.n_wk)
+        self.n_k = self.n_wk.sum(0)
 
     def sweep(self, sampler, phases=4, mh_cycles=1, chunk=1 << 16):
         """One pass over all tokens, in `phases` interleaved groups (token t in group t mod
@@ -297,7 +385,14 @@ class LDA:
                 multinomial = torch_wrs.multinomial if sampler == "exact" else torch.multinomial
                 new = torch.cat([self._resample_exact(d[i:i + chunk], w[i:i + chunk], s[i:i + chunk], multinomial)
                                  for i in range(0, d.numel(), chunk)])
-            fused(move_tokens)(counts, d, w, s, new)
+            if self.world_size == 1:
+                fused(move_tokens)(counts, d, w, s, new)
+            else:  # this rank's moves into a delta of n_wk, then everyone's with one all_reduce
+                delta = torch.zeros_like(self.n_wk)
+                fused(move_tokens)((self.n_dk, delta, torch.empty_like(self.n_k)), d, w, s, new)
+                dist.all_reduce(delta)
+                self.n_wk += delta
+                self.n_k.copy_(self.n_wk.sum(0))
             self.z[p::phases] = new
 
     def _phase_tokens(self, phases):
@@ -326,11 +421,14 @@ class LDA:
         alpha) with torch_wrs.dirichlet, then sets alpha to the maximum of the Dirichlet
         likelihood of those draws, D (lgamma(K a) - K lgamma(a)) + (a - 1) sum log theta,
         by Newton's method (the likelihood is concave in a)."""
-        D, K = self.c.num_docs, self.K
+        D, K = self.c.total_docs, self.K
         sum_log_theta = sum(
-            torch_wrs.dirichlet(self.n_dk[i:i + docs_per_chunk].double() + self.alpha)
-            .clamp(min=torch.finfo(torch.float64).tiny).log().sum()
-            for i in range(0, D, docs_per_chunk))
+            (torch_wrs.dirichlet(self.n_dk[i:i + docs_per_chunk].double() + self.alpha)
+             .clamp(min=torch.finfo(torch.float64).tiny).log().sum()
+             for i in range(0, self.c.num_docs, docs_per_chunk)),
+            torch.zeros((), dtype=torch.float64, device=self.n_dk.device))
+        if self.world_size > 1:
+            dist.all_reduce(sum_log_theta)
         a = torch.tensor(self.alpha, dtype=torch.float64, device=sum_log_theta.device)
         for _ in range(newton_steps):
             grad = D * K * (torch.digamma(K * a) - torch.digamma(a)) + sum_log_theta
@@ -345,7 +443,7 @@ class LDA:
         V, K, b = self.c.vocab_size, self.K, self.beta
         ll = K * (math.lgamma(V * b) - V * math.lgamma(b))
         ll += torch.lgamma(self.n_wk.double() + b).sum().item() - torch.lgamma(self.n_k.double() + V * b).sum().item()
-        return ll / self.c.num_tokens
+        return ll / self.c.total_tokens
 
     def topics(self):
         """[K, V] estimated word distributions."""
@@ -354,10 +452,18 @@ class LDA:
     def check_counts(self):
         """The tables agree with z and the corpus (row and column sums)."""
         c = self.c
-        assert int(self.n_k.sum()) == c.num_tokens
+        n_k_docs = self.n_dk.sum(0).long()
+        word_counts = torch.bincount(c.word, minlength=c.vocab_size)
+        recount = torch.zeros_like(self.n_wk).view(-1).index_add_(
+            0, c.word * self.K + self.z, torch.ones_like(self.z, dtype=self.n_wk.dtype)).view_as(self.n_wk)
+        if self.world_size > 1:  # every rank's documents
+            for t in (n_k_docs, word_counts, recount):
+                dist.all_reduce(t)
+        assert int(self.n_k.sum()) == c.total_tokens
         assert torch.equal(self.n_dk.sum(1).long(), self.doc_length)
-        assert torch.equal(self.n_wk.sum(0).long(), self.n_k) and torch.equal(self.n_dk.sum(0).long(), self.n_k)
-        assert torch.equal(self.n_wk.sum(1).long(), torch.bincount(c.word, minlength=c.vocab_size))
+        assert torch.equal(self.n_wk.sum(0).long(), self.n_k) and torch.equal(n_k_docs, self.n_k)
+        assert torch.equal(self.n_wk.sum(1).long(), word_counts)
+        assert torch.equal(self.n_wk, recount), "n_wk differs from the counts of z"
 
 
 def topic_recovery(estimated, true):
@@ -398,11 +504,11 @@ def train(corpus, sampler, iters, num_topics, alpha, beta, seed=0, phases=4, mh_
         if estimate_alpha:
             model.estimate_alpha()
         ll = model.log_likelihood_per_token()
-        history.append((elapsed, corpus.num_tokens / dt, ll))
+        history.append((elapsed, corpus.total_tokens / dt, ll))
         if check:
             model.check_counts()
         if progress:
-            text = f"{corpus.num_tokens / dt / 1e6:8.1f}M tokens/s  ll/token {ll:.4f}"
+            text = f"{corpus.total_tokens / dt / 1e6:8.1f}M tokens/s  ll/token {ll:.4f}"
             if estimate_alpha:
                 text += f"  alpha {model.alpha:.4g}"
             if hasattr(bar, "set_postfix_str"):
@@ -410,6 +516,13 @@ def train(corpus, sampler, iters, num_topics, alpha, beta, seed=0, phases=4, mh_
             else:
                 print(f"{sampler} iter {it + 1:3d}/{iters}: {text}", flush=True)
     return model, history
+
+
+def time_to_target(history, target):
+    """Seconds of sweeps until the log-likelihood per token first reaches `target` (None if never)."""
+    if target is None:
+        return None
+    return next((seconds for seconds, _, ll in history if ll >= target), None)
 
 
 def main():
@@ -433,40 +546,68 @@ def main():
                         help="re-estimate alpha after every sweep from Dirichlet draws of the document topics")
     parser.add_argument("--no-compile", action="store_true", help="run the MH step eagerly on the GPU too")
     parser.add_argument("--plot", help="PNG of log-likelihood per token against time")
+    parser.add_argument("--target", type=float,
+                        help="report the time (sweeps only) to reach this log-likelihood per token")
+    parser.add_argument("--check", action="store_true", help="check the count tables after every sweep")
     args = parser.parse_args()
     device = torch.device(args.device)
 
+    # Under torchrun: one process per GPU (NCCL) or CPU process (gloo), documents sharded.
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world_size > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    say = print if rank == 0 else (lambda *a, **k: None)
+
     if args.docword:
-        corpus = load_uci(args.docword, args.vocab, device)
+        corpus = shard_corpus(load_uci(args.docword, args.vocab, device), rank, world_size)
         k = args.topics or 100
     elif args.text:
-        corpus = load_text(args.text, device=device)
+        corpus = shard_corpus(load_text(args.text, device=device), rank, world_size)
         k = args.topics or 10
     else:
         docs, vocab, length, k_true = SYNTHETIC[args.synthetic]
-        corpus = synthetic_corpus(docs, vocab, length, k_true, seed=args.seed, device=device)
+        if args.synthetic in BLOCK_GENERATED:
+            corpus = synthetic_corpus_blocks(docs, vocab, length, k_true, seed=args.seed, device=device,
+                                             rank=rank, world_size=world_size)
+        else:
+            corpus = shard_corpus(synthetic_corpus(docs, vocab, length, k_true, seed=args.seed, device=device),
+                                  rank, world_size)
         k = args.topics or k_true
     alpha = args.alpha if args.alpha is not None else 50.0 / k
-    print(f"corpus: {corpus.num_docs:,} documents, {corpus.vocab_size:,} words, {corpus.num_tokens:,} tokens; "
-          f"K = {k}, alpha = {alpha:.4g}, beta = {args.beta}, on {device}")
+    say(f"corpus: {corpus.total_docs:,} documents, {corpus.vocab_size:,} words, {corpus.total_tokens:,} tokens; "
+        f"K = {k}, alpha = {alpha:.4g}, beta = {args.beta}, on {device}"
+        + (f" and {world_size - 1} more ranks (data-parallel)" if world_size > 1 else ""))
 
     results = {}
     for sampler in args.sampler:
         model, history = train(corpus, sampler, args.iters, k, alpha, args.beta, args.seed, args.phases,
-                               args.mh_cycles, compile=False if args.no_compile else None,
-                               estimate_alpha=args.estimate_alpha)
+                               args.mh_cycles, check=args.check, progress=rank == 0,
+                               compile=False if args.no_compile else None, estimate_alpha=args.estimate_alpha)
         steady = [h[1] for h in history[min(10, len(history) - 1):]]
         rate = sorted(steady)[len(steady) // 2]
         results[sampler] = (model, history, rate)
         if device.type == "cuda":
-            print(f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+            say(f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB (rank 0)")
 
-    print("\n| sampler | tokens/s (median of iterations 10+) | log-likelihood per token | topic recovery |")
-    print("| --- | ---: | ---: | ---: |")
+    say(f"\n| sampler | GPUs/ranks | tokens/s (median of iterations 10+) | log-likelihood per token | "
+        f"time to ll {args.target} | topic recovery |")
+    say("| --- | ---: | ---: | ---: | ---: | ---: |")
     for sampler, (model, history, rate) in results.items():
-        recovery = f"{topic_recovery(model.topics(), corpus.true_topics):.3f}" if corpus.true_topics is not None else "n/a"
-        print(f"| {sampler} | {rate / 1e6:.1f}M | {history[-1][2]:.4f} | {recovery} |")
+        recovery = "n/a"
+        if corpus.true_topics is not None and rank == 0:
+            recovery = f"{topic_recovery(model.topics(), corpus.true_topics):.3f}"
+        reached = time_to_target(history, args.target)
+        reached = "n/a" if args.target is None else "not reached" if reached is None else f"{reached:.2f} s"
+        say(f"| {sampler} | {world_size} | {rate / 1e6:.1f}M | {history[-1][2]:.4f} | {reached} | {recovery} |")
+    if rank != 0:
+        dist.destroy_process_group()
+        return
 
+    if world_size > 1:
+        dist.destroy_process_group()
     model = next(iter(results.values()))[0]
     top = model.topics().topk(8, dim=1).indices.cpu()
     print(f"\ntop words of the first topics ({next(iter(results))}):")

@@ -3,12 +3,12 @@ from . import _library
 from .alias import AliasTable, alias_probs, alias_sample, alias_table
 from . import distributions
 from .gamma import beta, dirichlet, gamma, standard_gamma
-from .multinomial import multinomial, sample_logits
+from .multinomial import multinomial, multinomial_counts, sample_logits
 from .radix_forest import RadixForest, RadixForest2D, inverse_cdf, radix_forest, radix_forest_sample, sample_2d
 
 __all__ = [
     "AliasTable", "alias_probs", "alias_sample", "alias_table", "beta", "dirichlet", "distributions", "gamma",
-    "multinomial", "sample_logits", "standard_gamma", "RadixForest", "RadixForest2D", "inverse_cdf", "radix_forest",
+    "multinomial", "multinomial_counts", "sample_logits", "standard_gamma", "RadixForest", "RadixForest2D", "inverse_cdf", "radix_forest",
     "radix_forest_sample", "sample_2d",
 ]
 __version__ = "0.1.0"

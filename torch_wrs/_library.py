@@ -42,6 +42,12 @@ def _sample_logits_fake(logits, num_samples=1, *, temperature=1.0, replacement=T
     return logits.new_empty((*logits.shape[:-1], num_samples), dtype=torch.int64)
 
 
+@torch.library.register_fake("wrs::multinomial_counts")
+def _multinomial_counts_fake(weights, total_count, *, generator=None):
+    torch._check(weights.dim() >= 1, lambda: "multinomial_counts: weights must have at least one dimension")
+    return weights.new_empty(weights.shape, dtype=torch.int64)
+
+
 @torch.library.register_fake("wrs::standard_gamma")
 def _standard_gamma_fake(alpha, method="auto", *, log=False, validate=True, generator=None):
     return torch.empty_like(alpha, memory_format=torch.contiguous_format)

@@ -9,6 +9,7 @@ from . import _library  # noqa: F401  (registers torch.ops.wrs)
 # a small call would notice.
 _multinomial = torch.ops.wrs.multinomial.default
 _sample_logits = torch.ops.wrs.sample_logits.default
+_multinomial_counts = torch.ops.wrs.multinomial_counts.default
 
 
 def multinomial(
@@ -65,3 +66,17 @@ def sample_logits(
     one 4-byte read back, skipped under CUDA-graph capture, as for ``multinomial``).
     """
     return _sample_logits(logits, num_samples, temperature=temperature, replacement=replacement, generator=generator)
+
+
+def multinomial_counts(
+    weights: torch.Tensor, total_count: int, *, generator: Optional[torch.Generator] = None
+) -> torch.Tensor:
+    """How many of ``total_count`` i.i.d. draws from ``w / W`` fall on each category, per row
+    of ``weights`` ``[..., M]`` (any float dtype): int64 ``[..., M]``, each row summing to
+    ``total_count``, without drawing the samples (what ``torch.distributions.Multinomial``
+    samples). Exact: category i takes Binomial(draws left, w_i / weight left) with exact
+    binomial deviates, in float64; zero weights get zero. Raises ``RuntimeError`` for
+    negative, NaN or inf weights and zero-sum rows (on CUDA with one 4-byte read back,
+    skipped under CUDA-graph capture, where such rows get all-zero counts).
+    """
+    return _multinomial_counts(weights, total_count, generator=generator)

@@ -81,6 +81,7 @@ at::Tensor sample_alias_tables(const Request& r, std::optional<at::Generator> ge
 TORCH_LIBRARY_IMPL(wrs, Autograd, m) {
   m.impl("multinomial", torch::CppFunction::makeFallthrough());
   m.impl("sample_logits", torch::CppFunction::makeFallthrough());
+  m.impl("multinomial_counts", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace wrs::multinomial

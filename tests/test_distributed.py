@@ -1,0 +1,258 @@
+"""torch_wrs.distributed.ShardedAliasTable and data-parallel LDA over torch.distributed.
+
+Each world runs once, in spawned processes (gloo on CPUs; NCCL with one GPU per rank when
+the machine has enough GPUs), and every rank saves what it drew; the tests then check the
+union of the ranks' draws against w / W, each rank's own draws, the order of ordered draws,
+reproducibility, errors raised on every rank, and LDA counts after distributed sweeps."""
+import os
+import socket
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import torch_wrs
+from torch_wrs.distributed import ShardedAliasTable
+from helpers import g_test_pvalue
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SEED = 1234
+P_MIN = 1e-4  # fixed seeds: a p-value this small means a wrong law
+
+
+def shard_weights(rank, sizes, dtype=torch.float32):
+    """Rank `rank`'s shard of the global weights: uneven sizes, every 7th weight zero."""
+    g = torch.Generator().manual_seed(100 + rank)
+    w = torch.rand(sizes[rank], generator=g, dtype=torch.float64) * (rank + 1)
+    w[::7] = 0
+    return w.to(dtype)
+
+
+def global_weights(sizes):
+    return torch.cat([shard_weights(r, sizes).double() for r in range(len(sizes))])
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _expect_error(fn, *texts):
+    """Runs fn; returns the RuntimeError's text (checked by the test), or 'no error'."""
+    try:
+        fn()
+    except RuntimeError as e:
+        return str(e)
+    return "no error"
+
+
+def _worker(rank, world, port, out_dir, backend, sizes, draws):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    import torch_wrs.distributed as D
+
+    res = {}
+    table = ShardedAliasTable(shard_weights(rank, sizes).to(device))
+    gen = lambda: torch.Generator(device=device).manual_seed(SEED)  # every rank seeded alike  # noqa: E731
+    res["ordered"] = table.sample(draws, generator=gen()).cpu()
+    res["again"] = table.sample(draws, generator=gen()).cpu()
+    res["unordered"] = table.sample(draws, ordered=False, generator=gen()).cpu()
+    res["default_gen"] = table.sample(1000).cpu()  # torch's default generator, advancing
+    res["default_gen2"] = table.sample(1000).cpu()
+    res["empty"] = table.sample(0).cpu()
+    res["sizes"] = (table.num_categories, table.shard_range(rank), table.total_weight)
+    probe = torch.randint(table.num_categories, (5000,), generator=torch.Generator().manual_seed(rank)).to(device)
+    res["probe"] = probe.cpu()
+    res["probs_of"] = table.probs_of(probe.view(50, 100)).cpu()
+
+    # Bad input on one rank raises on every rank, and the group stays usable.
+    last = world - 1
+    bad = shard_weights(rank, sizes).to(device)
+    if rank == last and bad.numel():
+        bad[3] = -1.0
+    res["err_negative"] = _expect_error(lambda: ShardedAliasTable(bad))
+    mixed = shard_weights(rank, sizes).to(device)
+    res["err_dtype"] = _expect_error(lambda: ShardedAliasTable(mixed.double() if rank == last else mixed))
+    res["err_2d"] = _expect_error(lambda: ShardedAliasTable(mixed.view(1, -1) if rank == 0 else mixed))
+    res["err_num_samples"] = _expect_error(lambda: table.sample(-3 if rank == 0 else 10))
+    oob = torch.tensor([table.num_categories if rank == last else 0], device=device)
+    res["err_probs_of"] = _expect_error(lambda: table.probs_of(oob))
+    res["after_errors"] = table.sample(100, generator=gen()).cpu()
+
+    # Shards held as several tables (as past 2^31 categories), here pieces of 256.
+    D._MAX_PIECE = 256
+    pieces = ShardedAliasTable(shard_weights(rank, sizes).to(device))
+    res["pieces_tables"] = len(pieces.tables)
+    res["pieces_ordered"] = pieces.sample(draws, generator=gen()).cpu()
+    res["pieces_unordered"] = pieces.sample(draws, ordered=False, generator=gen()).cpu()
+
+    # Data-parallel LDA: counts consistent with the tokens after every sweep.
+    import lda_gibbs
+
+    corpus = lda_gibbs.synthetic_corpus(60, 200, 30, 4, seed=5, device=device)
+    local = lda_gibbs.shard_corpus(corpus, rank, world)
+    lda = {}
+    for sampler in ("mh", "exact"):
+        model, history = lda_gibbs.train(local, sampler, 3, 4, 0.5, 0.05, seed=1, check=True, progress=False,
+                                         compile=False)
+        lda[sampler] = (model.n_wk.cpu(), model.z.cpu(), history[-1][2])
+    res["lda"] = lda
+    res["lda_docs"] = (local.first_doc, local.num_docs, local.num_tokens)
+    blocks = lda_gibbs.synthetic_corpus_blocks(300, 150, 20, 4, seed=3, device=device, rank=rank,
+                                               world_size=world, block_docs=64)
+    res["blocks"] = (blocks.first_doc, blocks.num_docs, blocks.doc.cpu(), blocks.word.cpu(), blocks.total_tokens)
+    torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def run_world(tmp_path_factory, world, backend="gloo", draws=1 << 18):
+    sizes = {1: [1500], 2: [700, 1300], 3: [900, 0, 1100]}[world]
+    out = tmp_path_factory.mktemp(f"world{world}{backend}")
+    mp.spawn(_worker, args=(world, _free_port(), str(out), backend, sizes, draws), nprocs=world, join=True)
+    return sizes, [torch.load(out / f"rank{r}.pt") for r in range(world)]
+
+
+WORLDS = [2, 3]
+
+
+@pytest.fixture(scope="module", params=WORLDS, ids=[f"gloo{w}" for w in WORLDS])
+def world(request, tmp_path_factory):
+    return run_world(tmp_path_factory, request.param)
+
+
+def _shard_of(indices, sizes):
+    ends = torch.tensor(sizes).cumsum(0)
+    return torch.searchsorted(ends, indices, right=True)
+
+
+def check_laws(sizes, results, key):
+    w = global_weights(sizes)
+    n = w.numel()
+    union = torch.cat([r[key] for r in results])
+    assert union.min() >= 0 and union.max() < n
+    assert g_test_pvalue(torch.bincount(union, minlength=n), w) > P_MIN, f"{key}: the union of the ranks' draws"
+    for rank, r in enumerate(results):
+        assert g_test_pvalue(torch.bincount(r[key], minlength=n), w) > P_MIN, f"{key}: rank {rank}'s own draws"
+
+
+def test_union_and_each_rank_follow_the_global_law(world):
+    sizes, results = world
+    for key in ("ordered", "unordered", "pieces_ordered", "pieces_unordered"):
+        check_laws(sizes, results, key)
+
+
+def test_ordered_draws_are_in_iid_order_and_unordered_grouped(world):
+    sizes, results = world
+    w = global_weights(sizes)
+    shard_p = torch.stack([w[a:b].sum() for a, b in zip([0] + list(torch.tensor(sizes).cumsum(0)[:-1]),
+                                                          torch.tensor(sizes).cumsum(0))])
+    shard_p = shard_p / shard_p.sum()
+    m = len(sizes)
+    for r in results:
+        s = _shard_of(r["ordered"], sizes)
+        pairs = torch.bincount(s[:-1] * m + s[1:], minlength=m * m).double()
+        assert g_test_pvalue(pairs, torch.outer(shard_p, shard_p).reshape(-1)) > P_MIN, "consecutive draws correlated"
+        u = _shard_of(r["unordered"], sizes)
+        assert (u[1:] >= u[:-1]).all(), "ordered=False draws come grouped by shard, in shard order"
+    # Ranks seeded alike draw independently: the shards of draw t on ranks 0 and 1.
+    a, b = (_shard_of(r["ordered"], sizes) for r in results[:2])
+    joint = torch.bincount(a * m + b, minlength=m * m).double()
+    assert g_test_pvalue(joint, torch.outer(shard_p, shard_p).reshape(-1)) > P_MIN, "ranks' draws correlated"
+
+
+def test_reproducible_and_independent_across_ranks(world):
+    _, results = world
+    for r in results:
+        assert torch.equal(r["ordered"], r["again"]), "the same seed gave different draws"
+        assert not torch.equal(r["default_gen"], r["default_gen2"]), "the default generator did not advance"
+        assert r["empty"].shape == (0,) and r["empty"].dtype == torch.int64
+        assert r["after_errors"].shape == (100,)
+    assert not torch.equal(results[0]["ordered"], results[1]["ordered"]), "ranks seeded alike drew the same"
+
+
+def test_sizes_ranges_and_probs_of(world):
+    sizes, results = world
+    w = global_weights(sizes)
+    starts = [0] + torch.tensor(sizes).cumsum(0).tolist()
+    for rank, r in enumerate(results):
+        n, shard, total = r["sizes"]
+        assert n == sum(sizes) and shard == (starts[rank], starts[rank + 1])
+        assert total == pytest.approx(float(w.sum()), rel=1e-12)
+        expected = (w / w.sum())[r["probe"]].view(50, 100)
+        torch.testing.assert_close(r["probs_of"], expected, rtol=1e-12, atol=0)
+        assert r["pieces_tables"] == (sizes[rank] + 255) // 256
+
+
+def test_bad_input_on_one_rank_raises_on_every_rank(world):
+    sizes, results = world
+    last = len(sizes) - 1
+    for rank, r in enumerate(results):
+        if sizes[last]:
+            assert f"rank {last}" in r["err_negative"] and "negative" in r["err_negative"]
+        assert "dtype" in r["err_dtype"]
+        assert "rank 0" in r["err_2d"] and "1-D" in r["err_2d"]
+        assert "ShardedAliasTable.sample" in r["err_num_samples"]
+        assert ("num_samples must be a non-negative int" if rank == 0 else "on rank 0") in r["err_num_samples"]
+        assert "ShardedAliasTable.probs_of" in r["err_probs_of"]
+        assert ("indices must be in" if rank == last else f"on rank {last}") in r["err_probs_of"]
+
+
+def test_distributed_lda_counts_agree_across_ranks(world):
+    sizes, results = world
+    first = results[0]["lda"]
+    for r in results:  # every rank holds the same global word-topic counts
+        for sampler in ("mh", "exact"):
+            assert torch.equal(r["lda"][sampler][0], first[sampler][0])
+            assert r["lda"][sampler][2] == first[sampler][2]
+    docs = [r["lda_docs"] for r in results]
+    assert docs[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(docs, docs[1:]))
+    assert sum(d[1] for d in docs) == 60
+
+
+def test_block_corpus_is_the_same_whatever_the_world_size(world):
+    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+    import lda_gibbs
+
+    _, results = world
+    whole = lda_gibbs.synthetic_corpus_blocks(300, 150, 20, 4, seed=3, block_docs=64)
+    doc = torch.cat([r["blocks"][2] + r["blocks"][0] for r in results])
+    word = torch.cat([r["blocks"][3] for r in results])
+    assert torch.equal(doc, whole.doc) and torch.equal(word, whole.word)
+    assert all(r["blocks"][4] == whole.num_tokens for r in results)
+
+
+def test_world_size_one_equals_alias_table():
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        w = shard_weights(0, [5000])
+        table = ShardedAliasTable(w)
+        for ordered in (True, False):
+            ours = table.sample(100_000, ordered=ordered, generator=torch.Generator().manual_seed(7))
+            ref = torch_wrs.AliasTable(w).sample(100_000, ordered=ordered, generator=torch.Generator().manual_seed(7))
+            assert torch.equal(ours, ref)
+        with pytest.raises(RuntimeError, match="num_samples"):
+            table.sample(-1)
+        with pytest.raises(RuntimeError, match="positive finite sum"):
+            ShardedAliasTable(torch.zeros(4))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs for NCCL")
+def test_nccl_two_gpus(tmp_path_factory):
+    """The same checks with NCCL, one GPU per rank, and 2^22 draws per rank."""
+    world = run_world(tmp_path_factory, 2, backend="nccl", draws=1 << 22)
+    test_union_and_each_rank_follow_the_global_law(world)
+    test_ordered_draws_are_in_iid_order_and_unordered_grouped(world)
+    test_reproducible_and_independent_across_ranks(world)
+    test_sizes_ranges_and_probs_of(world)
+    test_bad_input_on_one_rank_raises_on_every_rank(world)
+    test_distributed_lda_counts_agree_across_ranks(world)

@@ -1,0 +1,246 @@
+"""Sampling from a distribution sharded over the ranks of a torch.distributed group.
+
+Each rank holds the alias tables of its own contiguous range of categories (global order
+is rank order); no rank ever holds more than its shard. A call to ``sample`` is a
+collective: every rank draws the shard of each of its samples, the ranks exchange the
+counts and then the drawn indices with ``all_to_all_single`` (NCCL on GPUs, gloo on CPUs),
+and each rank draws what the others asked of its shard from its local table in one launch.
+
+Law. Rank r's shard has total W_r (float64) of W. A sample falls in shard r with probability
+W_r / W (to float64 rounding: an inverse CDF of one float64 uniform with ``ordered=True``,
+exact conditional binomials with ``ordered=False``), then on item i of the shard with the
+shard's alias-table law (within 2^-33 / N_r of w_i / W_r, zero weights never drawn).
+
+Randomness. Each call takes the rank's generator (``generator=`` or torch's default for the
+device) and derives from its state and the rank a fresh stream for that rank, so ranks
+seeded alike still draw independently, and a fixed seed per rank and world size gives the
+same draws. With world size 1 nothing is derived: the draws equal ``AliasTable.sample``'s.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from .alias import alias_sample, alias_table
+from .multinomial import multinomial_counts
+
+# An alias table row holds at most 2^31 categories; longer shards keep several tables.
+_MAX_PIECE = 1 << 31
+_MASK64 = (1 << 64) - 1
+
+# Problems found on one rank and reported to all (codes gathered before any exchange).
+_PROBLEMS = {
+    1: "local_weights must be a 1-D tensor",
+    2: "local_weights must be a floating-point tensor",
+    3: "local_weights contains a negative entry",
+    4: "local_weights contains NaN",
+    5: "local_weights contains inf",
+    6: "local_weights is on a different kind of device than on rank 0",
+    7: "local_weights has a different dtype than on rank 0",
+}
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _rank_generator(generator: Optional[torch.Generator], device: torch.device, rank: int) -> torch.Generator:
+    """A generator for this call on this rank, keyed by the given one's state and the rank;
+    the given one advances, so the next call differs. Host-side only (no device sync)."""
+    if generator is None:
+        generator = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else torch.default_generator
+    if generator.device.type == "cuda":
+        offset = generator.get_offset()
+        state = _splitmix64(generator.initial_seed() ^ _splitmix64(offset))
+        generator.set_offset(offset + 4)
+    else:
+        state = int(torch.randint(0, 1 << 62, (), generator=generator))
+    derived = torch.Generator(device=device)
+    derived.manual_seed(_splitmix64(state ^ _splitmix64(rank + 1)) & ((1 << 63) - 1))
+    return derived
+
+
+class ShardedAliasTable:
+    """Alias tables over categories sharded across the ranks of ``group``.
+
+    Every rank passes the weights of its own contiguous range of categories (1-D, any float
+    dtype, any length including 0 and more than 2^31); global category order is rank order.
+    Building is a collective: it gathers each shard's size, dtype, float64 total and value
+    checks, and raises the same ``RuntimeError`` on every rank if any rank's input is bad.
+
+    >>> table = ShardedAliasTable(my_weights)          # on every rank
+    >>> idx = table.sample(1 << 20)                     # global int64 indices, i.i.d. from w / W
+    """
+
+    def __init__(self, local_weights: torch.Tensor, *, group: Optional[dist.ProcessGroup] = None):
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.device = local_weights.device if isinstance(local_weights, torch.Tensor) else torch.device("cpu")
+        self._comm = self.device if dist.get_backend(group) == "nccl" else torch.device("cpu")
+
+        problem = self._local_problem(local_weights)
+        numel = local_weights.numel() if problem not in (1, 2) else 0
+        total = float(local_weights.sum(dtype=torch.float64)) if problem == 0 else 0.0
+        dtype_code = _DTYPES.index(local_weights.dtype) if problem not in (1, 2) else -1
+        mine = torch.tensor([[float(problem), float(numel), total, float(dtype_code),
+                              float(self.device.type == "cuda")]], dtype=torch.float64, device=self._comm)
+        every = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(every, mine, group=group)
+        every = torch.cat(every).cpu().tolist()
+        for r, (code, _, _, dtype_r, cuda_r) in enumerate(every):
+            if code == 0 and cuda_r != every[0][4]:
+                code = 6
+            elif code == 0 and every[0][0] == 0 and dtype_r != every[0][3]:
+                code = 7
+            if code:
+                raise RuntimeError(f"ShardedAliasTable: on rank {r}: {_PROBLEMS[int(code)]}")
+        self.sizes = [int(row[1]) for row in every]
+        self.totals = [row[2] for row in every]
+        self.total_weight = sum(self.totals)
+        if not (0 < self.total_weight < float("inf")):
+            raise RuntimeError("ShardedAliasTable: the weights of all ranks sum to "
+                               f"{self.total_weight}; they must have a positive finite sum")
+        self.offsets = [0]
+        for n in self.sizes:
+            self.offsets.append(self.offsets[-1] + n)
+        self.num_categories = self.offsets[-1]
+
+        # This rank's shard: one alias table per piece of at most 2^31 categories.
+        self.weights = local_weights  # kept for probs_of (a reference, not a copy)
+        self.first = self.offsets[self.rank]
+        pieces = local_weights.split(_MAX_PIECE) if local_weights.numel() else ()
+        self.piece_starts = [self.first + i * _MAX_PIECE for i in range(len(pieces))]
+        self.piece_totals = torch.stack([p.sum(dtype=torch.float64) for p in pieces]) if pieces else None
+        self.tables = [alias_table(p, validate=False) for p in pieces]
+        totals = torch.tensor(self.totals, dtype=torch.float64, device=self.device)
+        self._shard_totals = totals
+        cdf = torch.cumsum(totals, 0) / self.total_weight
+        self._shard_cdf = cdf
+
+    @staticmethod
+    def _local_problem(w) -> int:
+        if not isinstance(w, torch.Tensor) or w.dim() != 1:
+            return 1
+        if not w.is_floating_point():
+            return 2
+        if w.numel() == 0:
+            return 0
+        bad = torch.stack([(w < 0).any(), w.isnan().any(), w.isinf().any()]).tolist()
+        return 3 if bad[0] else 4 if bad[1] else 5 if bad[2] else 0
+
+    def shard_range(self, rank: int) -> Tuple[int, int]:
+        """[start, end) of the global categories that ``rank`` holds."""
+        if not 0 <= rank < self.world_size:
+            raise RuntimeError(f"ShardedAliasTable.shard_range: rank must be in [0, {self.world_size}), got {rank}")
+        return self.offsets[rank], self.offsets[rank + 1]
+
+    # -- sampling --
+    def sample(self, num_samples: int, *, ordered: bool = True,
+               generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """This rank's ``num_samples`` global int64 indices, i.i.d. from the global law w / W.
+        A collective: every rank calls it (each with its own ``num_samples``, 0 allowed).
+        ``ordered=True`` returns them in i.i.d. order; ``ordered=False`` grouped by shard
+        (the same multiset law, cheaper). A bad ``num_samples`` on any rank raises on all."""
+        bad = not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 0
+        if self.world_size == 1:
+            if bad:
+                raise RuntimeError(f"ShardedAliasTable.sample: num_samples must be a non-negative int, got {num_samples!r}")
+            return self._draw_local(num_samples, generator, ordered=ordered)
+        n = 0 if bad else num_samples
+        g = _rank_generator(generator, self.device, self.rank)
+        if ordered:
+            # Each output position's shard, i.i.d. (inverse CDF of a float64 uniform).
+            u = torch.rand(n, dtype=torch.float64, device=self.device, generator=g)
+            labels = torch.searchsorted(self._shard_cdf, u, right=True).clamp_(max=self.world_size - 1)
+            counts = torch.bincount(labels, minlength=self.world_size)
+        else:
+            counts = multinomial_counts(self._shard_totals, n, generator=g)
+        if bad:
+            counts = torch.full_like(counts, -1)
+        received = self._exchange(counts, "sample", f"num_samples must be a non-negative int, got {num_samples!r}")
+        asked = received[1]
+        draws = self._draw_local(sum(asked), g, ordered=True)  # exchangeable: cut into segments in order
+        out = torch.empty(n, dtype=torch.int64, device=self.device)
+        self._all_to_all(out, draws, received[0], asked)
+        if not ordered or n == 0:
+            return out
+        # Positions of shard r's samples, in order, take its draws in order.
+        small = torch.int16 if self.world_size < (1 << 15) else torch.int32
+        order = torch.sort(labels.to(small), stable=True).indices
+        return torch.empty_like(out).index_copy_(0, order, out)
+
+    def _draw_local(self, count: int, generator, ordered: bool) -> torch.Tensor:
+        """``count`` i.i.d. global indices from this rank's shard (in i.i.d. order when
+        ``ordered``, as one piece's alias_sample gives them)."""
+        if count == 0 or not self.tables:
+            return torch.zeros(0, dtype=torch.int64, device=self.device)
+        if len(self.tables) == 1:
+            return alias_sample(self.tables[0], count, ordered=ordered, generator=generator).add_(self.first)
+        per_piece = multinomial_counts(self.piece_totals, count, generator=generator).tolist()
+        draws = torch.cat([alias_sample(t, c, generator=generator).add_(start)
+                           for t, c, start in zip(self.tables, per_piece, self.piece_starts) if c])
+        if not ordered:
+            return draws
+        shuffle = torch.randperm(count, device=self.device, generator=generator)
+        return draws[shuffle]
+
+    # -- lookups --
+    def probs_of(self, indices: torch.Tensor) -> torch.Tensor:
+        """float64 w_i / W of global ``indices`` (any shape, int64, this rank's device),
+        looked up on the ranks that own them. A collective; out-of-range indices on any
+        rank raise on all."""
+        problem = None
+        if not isinstance(indices, torch.Tensor) or indices.dtype not in (torch.int64, torch.int32):
+            problem = "indices must be an int64 or int32 tensor"
+            flat = torch.zeros(0, dtype=torch.int64, device=self.device)
+        else:
+            flat = indices.reshape(-1).to(device=self.device, dtype=torch.int64)
+            if flat.numel() and not bool(((flat >= 0) & (flat < self.num_categories)).all()):
+                problem = f"indices must be in [0, {self.num_categories})"
+                flat = flat[:0]
+        ends = torch.tensor(self.offsets[1:], dtype=torch.int64, device=self.device)
+        owner = torch.searchsorted(ends, flat, right=True)
+        order = torch.sort(owner, stable=True).indices
+        counts = torch.bincount(owner, minlength=self.world_size)
+        if problem:
+            counts = torch.full_like(counts, -1)
+        received = self._exchange(counts, "probs_of", problem or "")
+        wanted = torch.empty(sum(received[1]), dtype=torch.int64, device=self.device)
+        self._all_to_all(wanted, flat[order], received[1], received[0])
+        local = self.weights[wanted - self.first].double() / self.total_weight
+        answers = torch.empty(flat.numel(), dtype=torch.float64, device=self.device)
+        self._all_to_all(answers, local, received[0], received[1])
+        result = torch.empty_like(answers).index_copy_(0, order, answers)
+        return result.view(indices.shape)
+
+    # -- collectives --
+    def _exchange(self, counts: torch.Tensor, op: str, problem: str) -> List[List[int]]:
+        """Sends counts[d] to rank d; returns [counts, received] on the host (the one sync the
+        uneven exchange needs). A rank with bad input sends -1s, and every rank raises."""
+        received = torch.empty_like(counts, device=self._comm)
+        dist.all_to_all_single(received, counts.to(self._comm), group=self.group)
+        both = torch.stack([counts.to(self._comm), received]).tolist()
+        if min(both[1]) < 0 or min(both[0]) < 0:
+            bad_rank = self.rank if min(both[0]) < 0 else both[1].index(-1)
+            where = "on this rank" if bad_rank == self.rank else f"on rank {bad_rank}"
+            raise RuntimeError(f"ShardedAliasTable.{op}: {problem if bad_rank == self.rank else 'bad input'} ({where})")
+        return both
+
+    def _all_to_all(self, output: torch.Tensor, input: torch.Tensor, output_splits, input_splits):
+        if self._comm == output.device:
+            dist.all_to_all_single(output, input, output_splits, input_splits, group=self.group)
+            return
+        staged = torch.empty(output.shape, dtype=output.dtype, device=self._comm)
+        dist.all_to_all_single(staged, input.to(self._comm), output_splits, input_splits, group=self.group)
+        output.copy_(staged)
+
+    def __repr__(self) -> str:
+        return (f"ShardedAliasTable(num_categories={self.num_categories}, rank={self.rank}, "
+                f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, device={self.device})")
+
+
+_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
