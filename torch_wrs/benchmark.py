@@ -8,6 +8,9 @@
     python -m torch_wrs.benchmark sweep [--device cpu] [--out FILE]
                                                  # multinomial vs torch.multinomial over the grid of
                                                  # shapes users run, and sample_logits
+    torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed
+                                                 # ShardedAliasTable over NCCL vs one GPU
+                                                 # (torch_wrs/benchmark_distributed.py)
 
 Each table row prints our time, what a user would run otherwise, their ratio, and the
 memory-traffic floor at this device's measured copy bandwidth.
@@ -565,7 +568,8 @@ def _cell_name(c):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "radix", "sweep"])
+    parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "radix", "sweep",
+                                             "distributed"])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="for `sweep`")
     parser.add_argument("--out", default="", help="`sweep`: also write the report to this file")
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling` and `radix`")
@@ -573,9 +577,17 @@ def main():
                         help="also time the CPU build at N items on 1 thread and on all threads")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also print the per-kernel device time of one N-item build")
+    parser.add_argument("--log2-categories", type=int, default=30, help="`distributed`: table size")
+    parser.add_argument("--log2-draws", type=int, default=28, help="`distributed`: draws per rank")
+    parser.add_argument("--huge-log2-categories", type=int, default=34,
+                        help="`distributed`: the table no GPU holds alone (0: skip)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("torch_wrs.benchmark needs a CUDA device (or: sweep --device cpu)")
+    if args.what == "distributed":
+        from .benchmark_distributed import run
+
+        return run(args)
     {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases,
      "gamma": gamma_cases, "radix": radix_cases, "sweep": sweep}[args.what](args)
 

@@ -116,10 +116,7 @@ class ShardedAliasTable:
         self.piece_starts = [self.first + i * _MAX_PIECE for i in range(len(pieces))]
         self.piece_totals = torch.stack([p.sum(dtype=torch.float64) for p in pieces]) if pieces else None
         self.tables = [alias_table(p, validate=False) for p in pieces]
-        totals = torch.tensor(self.totals, dtype=torch.float64, device=self.device)
-        self._shard_totals = totals
-        cdf = torch.cumsum(totals, 0) / self.total_weight
-        self._shard_cdf = cdf
+        self._shard_totals = torch.tensor(self.totals, dtype=torch.float64, device=self.device)
 
     @staticmethod
     def _local_problem(w) -> int:
@@ -129,8 +126,9 @@ class ShardedAliasTable:
             return 2
         if w.numel() == 0:
             return 0
-        bad = torch.stack([(w < 0).any(), w.isnan().any(), w.isinf().any()]).tolist()
-        return 3 if bad[0] else 4 if bad[1] else 5 if bad[2] else 0
+        lo, hi = torch.aminmax(w)  # one pass, no mask the size of the shard; NaN propagates
+        lo, hi = float(lo), float(hi)
+        return 4 if lo != lo else 3 if lo < 0 else 5 if hi == float("inf") else 0
 
     def shard_range(self, rank: int) -> Tuple[int, int]:
         """[start, end) of the global categories that ``rank`` holds."""
@@ -152,13 +150,7 @@ class ShardedAliasTable:
             return self._draw_local(num_samples, generator, ordered=ordered)
         n = 0 if bad else num_samples
         g = _rank_generator(generator, self.device, self.rank)
-        if ordered:
-            # Each output position's shard, i.i.d. (inverse CDF of a float64 uniform).
-            u = torch.rand(n, dtype=torch.float64, device=self.device, generator=g)
-            labels = torch.searchsorted(self._shard_cdf, u, right=True).clamp_(max=self.world_size - 1)
-            counts = torch.bincount(labels, minlength=self.world_size)
-        else:
-            counts = multinomial_counts(self._shard_totals, n, generator=g)
+        counts, labels = _split(self._shard_totals, n, g, ordered)
         if bad:
             counts = torch.full_like(counts, -1)
         received = self._exchange(counts, "sample", f"num_samples must be a non-negative int, got {num_samples!r}")
@@ -166,12 +158,7 @@ class ShardedAliasTable:
         draws = self._draw_local(sum(asked), g, ordered=True)  # exchangeable: cut into segments in order
         out = torch.empty(n, dtype=torch.int64, device=self.device)
         self._all_to_all(out, draws, received[0], asked)
-        if not ordered or n == 0:
-            return out
-        # Positions of shard r's samples, in order, take its draws in order.
-        small = torch.int16 if self.world_size < (1 << 15) else torch.int32
-        order = torch.sort(labels.to(small), stable=True).indices
-        return torch.empty_like(out).index_copy_(0, order, out)
+        return out if labels is None else _interleave(out, labels, self.world_size)
 
     def _draw_local(self, count: int, generator, ordered: bool) -> torch.Tensor:
         """``count`` i.i.d. global indices from this rank's shard (in i.i.d. order when
@@ -180,13 +167,10 @@ class ShardedAliasTable:
             return torch.zeros(0, dtype=torch.int64, device=self.device)
         if len(self.tables) == 1:
             return alias_sample(self.tables[0], count, ordered=ordered, generator=generator).add_(self.first)
-        per_piece = multinomial_counts(self.piece_totals, count, generator=generator).tolist()
+        per_piece, labels = _split(self.piece_totals, count, generator, ordered)
         draws = torch.cat([alias_sample(t, c, generator=generator).add_(start)
-                           for t, c, start in zip(self.tables, per_piece, self.piece_starts) if c])
-        if not ordered:
-            return draws
-        shuffle = torch.randperm(count, device=self.device, generator=generator)
-        return draws[shuffle]
+                           for t, c, start in zip(self.tables, per_piece.tolist(), self.piece_starts) if c])
+        return draws if labels is None else _interleave(draws, labels, len(self.tables))
 
     # -- lookups --
     def probs_of(self, indices: torch.Tensor) -> torch.Tensor:
@@ -241,6 +225,26 @@ class ShardedAliasTable:
     def __repr__(self) -> str:
         return (f"ShardedAliasTable(num_categories={self.num_categories}, rank={self.rank}, "
                 f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, device={self.device})")
+
+
+def _split(totals: torch.Tensor, count: int, generator, ordered: bool):
+    """How many of `count` draws fall in each part (weights `totals`, float64), and with
+    `ordered` each draw's part (i.i.d.: the inverse CDF of a float64 uniform), else None
+    (the counts alone: exact conditional binomials)."""
+    if not ordered:
+        return multinomial_counts(totals, count, generator=generator), None
+    cdf = torch.cumsum(totals, 0) / totals.sum()
+    u = torch.rand(count, dtype=torch.float64, device=totals.device, generator=generator)
+    labels = torch.searchsorted(cdf, u, right=True).clamp_(max=totals.numel() - 1)
+    return torch.bincount(labels, minlength=totals.numel()), labels
+
+
+def _interleave(grouped: torch.Tensor, labels: torch.Tensor, parts: int) -> torch.Tensor:
+    """Draws grouped by part (each group i.i.d.) placed at the positions of their part's
+    labels, in order: an i.i.d. sequence. A stable sort of small labels finds the positions."""
+    small = torch.int16 if parts <= (1 << 15) else torch.int32
+    order = torch.sort(labels.to(small), stable=True).indices
+    return torch.empty_like(grouped).index_copy_(0, order, grouped)
 
 
 _DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]

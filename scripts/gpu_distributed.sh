@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# On a machine with two GPUs: build, run the distributed and multinomial_counts tests (NCCL
+# across both GPUs, gloo on the CPU; memcheck over the counts kernel), then, as asked:
+#   bench    torchrun -m torch_wrs.benchmark distributed (sampling 2^30 over 2 GPUs, 2^34 table)
+#   lda      data-parallel LDA, nytimes shape: 1 GPU and 2 GPUs, time to the exact sampler's
+#            log-likelihood after 50 sweeps (LDA_TARGET), and the default MH's tokens/s
+#   pubmed   the pubmed shape (738M tokens) on 1 and 2 GPUs (PUBMED_ITERS sweeps)
+# NVLink multicast stays off (KINDS.md). Logs go to $OUT (or build/gpu-logs).
+#   bash scripts/gpu_distributed.sh [tests] [bench] [lda] [pubmed]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG="${OUT:-build/gpu-logs}"
+mkdir -p "$LOG"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/gpu.txt"
+t0=$SECONDS
+MAX_JOBS=32 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$LOG/build.log" 2>&1 || { tail -40 "$LOG/build.log"; exit 1; }
+echo "build: $((SECONDS - t0)) s"
+TARGET="${LDA_TARGET:--8.1758}"
+for what in "$@"; do
+  case "$what" in
+    tests)
+      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_distributed.py tests/test_multinomial_counts.py 2>&1 | tee "$LOG/tests.log" | tail -8
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        python3 -m pytest -q -p no:cacheprovider tests/test_multinomial_counts.py -k cuda > "$LOG/sanitizer.log" 2>&1
+      echo "sanitizer rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/sanitizer.log" | tail -2 | tr '\n' ' ')"
+      ;;
+    bench)
+      timeout 300 torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed 2>&1 | grep -v "^W\|OMP_NUM" | tee "$LOG/bench.log" | tail -20
+      ;;
+    lda)
+      for n in 1 2; do
+        timeout 200 torchrun --nproc_per_node=$n examples/lda_gibbs.py --synthetic nytimes --iters 60 --mh-cycles 32 \
+          --target "$TARGET" --history "$LOG/lda32_$n.json" 2>&1 | grep -E "^\| |corpus|peak" | tee "$LOG/lda32_$n.log"
+        timeout 100 torchrun --nproc_per_node=$n examples/lda_gibbs.py --synthetic nytimes --iters 30 \
+          --target -8.7 --history "$LOG/lda4_$n.json" 2>&1 | grep -E "^\| |peak" | tee "$LOG/lda4_$n.log"
+      done
+      ;;
+    pubmed)
+      for n in 1 2; do
+        timeout 280 torchrun --nproc_per_node=$n examples/lda_gibbs.py --synthetic pubmed --iters "${PUBMED_ITERS:-12}" \
+          --target "${PUBMED_TARGET:--9.0}" --history "$LOG/pubmed_$n.json" 2>&1 | grep -E "^\| |corpus|peak|Error|error" | tee "$LOG/pubmed_$n.log"
+      done
+      ;;
+  esac
+done
+echo "== $(head -1 "$LOG/gpu.txt") x $(nvidia-smi -L | wc -l): $(grep -E 'passed|failed' "$LOG/tests.log" 2>/dev/null | tail -1)"

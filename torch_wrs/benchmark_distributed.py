@@ -1,0 +1,163 @@
+"""`python -m torch_wrs.benchmark distributed`, under torchrun (one process per GPU, NCCL):
+
+    torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed [--log2-categories 30]
+        [--log2-draws 28] [--huge-log2-categories 34]
+
+1. Sampling: a table of 2^C categories split over the ranks, 2^D draws per rank, against
+   rank 0 alone drawing the same total from one 2^C table. Times are the slowest rank's,
+   wall clock around the call after a barrier (a collective's time is its slowest rank's),
+   medians of several calls. The all-to-all share is a bare all_to_all_single of the same
+   split sizes and bytes, timed the same way.
+2. A table no single GPU holds (2^H categories, H = 34 by default: 64 GiB of float32
+   weights and 128 GiB of table in all): build time, draws/s, and a G-test of the draws on
+   1,024 coarse bins against the weights' bin sums. Skipped with --huge-log2-categories 0.
+"""
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from .alias import AliasTable
+from .distributed import ShardedAliasTable
+
+
+def _slowest_ms(fn, reps=5, warmup=1):
+    """Median over reps of the slowest rank's wall time of fn() (after a barrier)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ms = torch.tensor([(time.perf_counter() - t0) * 1e3], device="cuda")
+        dist.all_reduce(ms, op=dist.ReduceOp.MAX)
+        times.append(float(ms))
+    return statistics.median(times)
+
+
+def _weights(n, rank, device, block=1 << 24):
+    """Uniform weights times a per-block factor (1..7), so coarse bins differ. Float32."""
+    g = torch.Generator(device=device).manual_seed(1000 + rank)
+    w = torch.rand(n, device=device, generator=g)
+    full = n // block * block
+    if full:
+        scale = (torch.arange(n // block, device=device) + rank * 3) % 7 + 1
+        w[:full].view(-1, block).mul_(scale[:, None].float())
+    return w
+
+
+def sampling(args, rank, world, say):
+    n = 1 << args.log2_categories
+    draws = 1 << args.log2_draws
+    device = torch.device("cuda", torch.cuda.current_device())
+    rows = []
+    # One GPU, the same total from one table (rank 0; the others wait).
+    one = {}
+    if rank == 0:
+        w = _weights(n, 0, device)
+        table = AliasTable(w, validate=False)
+        del w
+        for ordered in (True, False):
+            for _ in range(2):
+                table.sample(world * draws, ordered=ordered)
+            times = []
+            for _ in range(5):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                table.sample(world * draws, ordered=ordered)
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) * 1e3)
+            one[ordered] = statistics.median(times)
+        del table
+        torch.cuda.empty_cache()
+    dist.barrier()
+    local = _weights(n // world, rank, device)
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    sharded = ShardedAliasTable(local)
+    torch.cuda.synchronize()
+    build_ms = (time.perf_counter() - t0) * 1e3
+    a2a_ms = _bare_all_to_all_ms(draws, device)
+    for ordered in (True, False):
+        ms = _slowest_ms(lambda: sharded.sample(draws, ordered=ordered))
+        ours = world * draws / (ms * 1e-3)
+        theirs = world * draws / (one[ordered] * 1e-3) if rank == 0 else float("nan")
+        rows.append((f"2^{args.log2_categories} over {world} GPUs, 2^{args.log2_draws} draws/rank, "
+                     f"ordered={ordered}", ms, one.get(ordered, float("nan")), ours / 1e9, theirs / 1e9,
+                     ours / theirs, a2a_ms / ms))
+    say(f"\nbuild of the sharded table: {build_ms:.0f} ms on rank 0 (2^{args.log2_categories - (world - 1).bit_length()} "
+        f"per rank)")
+    say("\n| case | sharded ms | 1 GPU ms (same total) | sharded G draws/s | 1 GPU G draws/s | ratio | all-to-all share |")
+    say("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, ms, ms1, g, g1, ratio, share in rows:
+        say(f"| {name} | {ms:.2f} | {ms1:.2f} | {g:.2f} | {g1:.2f} | {ratio:.2f}x | {share:.0%} |")
+    sharded = local = None
+    torch.cuda.empty_cache()
+
+
+def _bare_all_to_all_ms(draws, device):
+    """The exchange alone: each rank sends an equal share of `draws` int64 to every rank."""
+    send = torch.empty(draws, dtype=torch.int64, device=device)
+    recv = torch.empty_like(send)
+    return _slowest_ms(lambda: dist.all_to_all_single(recv, send))
+
+
+def huge_table(args, rank, world, say):
+    """A table no single GPU holds: build, draw, and a G-test on 1,024 coarse bins."""
+    n_total = 1 << args.huge_log2_categories
+    n = n_total // world
+    device = torch.device("cuda", torch.cuda.current_device())
+    w = _weights(n, rank, device)
+    bins = 1024
+    bin_size = n_total // bins
+    # Expected bin masses from every rank's weights (float64), then the draws' bins.
+    mass = torch.zeros(bins, dtype=torch.float64, device=device)
+    first_bin = rank * n // bin_size
+    mass[first_bin:first_bin + n // bin_size] = w.view(-1, bin_size).sum(1, dtype=torch.float64)
+    dist.all_reduce(mass)
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    table = ShardedAliasTable(w)
+    torch.cuda.synchronize()
+    build = torch.tensor([time.perf_counter() - t0], device=device)
+    dist.all_reduce(build, op=dist.ReduceOp.MAX)
+    draws = 1 << args.log2_draws
+    ms = _slowest_ms(lambda: table.sample(draws, ordered=False), reps=3)
+    counts = torch.zeros(bins, dtype=torch.float64, device=device)
+    for _ in range(4):
+        idx = table.sample(draws, ordered=False)
+        counts += torch.bincount(idx // bin_size, minlength=bins).double()
+        del idx
+    dist.all_reduce(counts)
+    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], device=device)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        import scipy.stats
+
+        expected = mass / mass.sum() * counts.sum()
+        g = 2 * float((counts * torch.log(counts / expected)).nansum())
+        p = float(scipy.stats.chi2.sf(g, bins - 1))
+        say(f"\n2^{args.huge_log2_categories} categories over {world} GPUs ({len(table.tables)} tables of <= 2^31 "
+            f"per rank): build {float(build):.1f} s; {world * draws / (ms * 1e-3) / 1e9:.2f} G draws/s "
+            f"(2^{args.log2_draws} per rank, ordered=False, {ms:.1f} ms); G-test on {bins} coarse bins over "
+            f"{counts.sum():.3g} draws: G = {g:.0f}, p = {p:.3f}; peak memory {float(peak):.0f} GiB per GPU")
+        if p < 1e-4:
+            say("  G-TEST FAILED")
+
+
+def run(args):
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    say = print if rank == 0 else (lambda *a, **k: None)
+    say(f"{world} x {torch.cuda.get_device_name()}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}")
+    sampling(args, rank, world, say)
+    if args.huge_log2_categories:
+        huge_table(args, rank, world, say)
+    dist.destroy_process_group()
