@@ -256,3 +256,18 @@ def test_nccl_two_gpus(tmp_path_factory):
     test_sizes_ranges_and_probs_of(world)
     test_bad_input_on_one_rank_raises_on_every_rank(world)
     test_distributed_lda_counts_agree_across_ranks(world)
+
+
+@pytest.mark.parametrize("parts", [3, 40])
+def test_interleave_places_each_part_in_label_order(parts):
+    """Both ways of placing grouped draws (running counts for few parts, a stable sort for
+    many) put part p's draws, in order, at the positions labelled p."""
+    from torch_wrs.distributed import _interleave
+
+    labels = torch.randint(parts, (10_000,), generator=torch.Generator().manual_seed(parts))
+    counts = torch.bincount(labels, minlength=parts)
+    grouped = torch.cat([torch.arange(int(c)) * 1000 + p for p, c in enumerate(counts)])
+    out = _interleave(grouped, labels, parts)
+    assert torch.equal(out % 1000, labels)
+    for p in range(parts):
+        assert torch.equal(out[labels == p] // 1000, torch.arange(int(counts[p])))
