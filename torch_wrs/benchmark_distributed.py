@@ -8,7 +8,7 @@
    wall clock around the call after a barrier (a collective's time is its slowest rank's),
    medians of several calls. The all-to-all share is a bare all_to_all_single of the same
    split sizes and bytes, timed the same way.
-2. A table no single GPU holds (2^H categories, H = 34 by default: 32 GiB of float16
+2. A table no single GPU holds (2^H categories, H = 34 by default: 64 GiB of float32
    weights and 128 GiB of table in all): build time, draws/s, and a G-test of the draws on
    1,024 coarse bins against the weights' bin sums. Skipped with --huge-log2-categories 0.
 """
@@ -112,9 +112,7 @@ def huge_table(args, rank, world, say):
     n_total = 1 << args.huge_log2_categories
     n = n_total // world
     device = torch.device("cuda", torch.cuda.current_device())
-    # float16 weights: with float32 (32 GiB a rank) and 64 GiB of tables, the build's
-    # scratch for the last 2^31-piece does not fit in an H200's 140 GiB.
-    w = _weights(n, rank, device, dtype=torch.float16)
+    w = _weights(n, rank, device)
     bins = 1024
     bin_size = n_total // bins
     # Expected bin masses from every rank's weights (float64), then the draws' bins.
@@ -145,8 +143,8 @@ def huge_table(args, rank, world, say):
         expected = mass / mass.sum() * counts.sum()
         g = 2 * float((counts * torch.log(counts / expected)).nansum())
         p = float(scipy.stats.chi2.sf(g, bins - 1))
-        say(f"\n2^{args.huge_log2_categories} categories over {world} GPUs ({len(table.tables)} tables of <= 2^31 "
-            f"per rank, float16 weights): build {float(build):.1f} s; {world * draws / (ms * 1e-3) / 1e9:.2f} G draws/s "
+        say(f"\n2^{args.huge_log2_categories} categories over {world} GPUs ({len(table.tables)} tables of <= 2^29 "
+            f"per rank): build {float(build):.1f} s; {world * draws / (ms * 1e-3) / 1e9:.2f} G draws/s "
             f"(2^{args.log2_draws} per rank, ordered=False, {ms:.1f} ms); G-test on {bins} coarse bins over "
             f"{counts.sum():.3g} draws: G = {g:.0f}, p = {p:.3f}; peak memory {float(peak):.0f} GiB per GPU")
         if p < 1e-4:

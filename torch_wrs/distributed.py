@@ -24,8 +24,10 @@ import torch.distributed as dist
 from .alias import alias_sample, alias_table
 from .multinomial import multinomial_counts
 
-# An alias table row holds at most 2^31 categories; longer shards keep several tables.
-_MAX_PIECE = 1 << 31
+# Longer shards keep several tables (a table row holds at most 2^31 categories): pieces of
+# 2^29 keep the build's scratch (about 36 bytes an item) near 18 GiB, so a GPU holds more
+# table. One piece: draws travel as int32 indices within the shard.
+_MAX_PIECE = 1 << 29
 _MASK64 = (1 << 64) - 1
 
 # Problems found on one rank and reported to all (codes gathered before any exchange).
@@ -109,7 +111,7 @@ class ShardedAliasTable:
             self.offsets.append(self.offsets[-1] + n)
         self.num_categories = self.offsets[-1]
 
-        # This rank's shard: one alias table per piece of at most 2^31 categories.
+        # This rank's shard: one alias table per piece of at most _MAX_PIECE categories.
         self.weights = local_weights  # kept for probs_of (a reference, not a copy)
         self.first = self.offsets[self.rank]
         pieces = local_weights.split(_MAX_PIECE) if local_weights.numel() else ()
@@ -262,7 +264,10 @@ def _split(totals: torch.Tensor, count: int, generator, ordered: bool):
     cdf = torch.cumsum(totals, 0) / totals.sum()
     u = torch.rand(count, dtype=torch.float64, device=totals.device, generator=generator)
     labels = torch.searchsorted(cdf, u, right=True).clamp_(max=totals.numel() - 1)
-    return torch.bincount(labels, minlength=totals.numel()), labels
+    if totals.numel() > 8:
+        return torch.bincount(labels, minlength=totals.numel()), labels
+    # Few parts: one sum each (bincount's atomics on a few bins serialise).
+    return torch.stack([(labels == p).sum() for p in range(totals.numel())]), labels
 
 
 def _interleave(grouped: torch.Tensor, labels: torch.Tensor, parts: int) -> torch.Tensor:
