@@ -172,9 +172,20 @@ def test_cuda_graph_replay_gives_fresh_samples():
     graph.replay()
     assert not torch.equal(first, out)
     assert abs(out.mean().item() - 2.5) < 5 * math.sqrt(2.5 / a.numel())
-    with pytest.raises(RuntimeError, match="validate=False"):
-        with torch.cuda.graph(torch.cuda.CUDAGraph()):
-            torch_wrs.standard_gamma(a)
+    # validate=True (the default) captures too: the read back is skipped while capturing,
+    # and invalid alphas come out NaN, as with validate=False.
+    bad = torch.tensor([2.0, -1.0, float("nan"), 0.5], device="cuda")
+    torch_wrs.standard_gamma(a)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = torch_wrs.standard_gamma(a)
+        out_bad = torch_wrs.standard_gamma(bad)
+    graph.replay()
+    first = out.clone()
+    graph.replay()
+    assert not torch.equal(first, out)
+    assert abs(out.mean().item() - 2.5) < 5 * math.sqrt(2.5 / a.numel())
+    assert out_bad[0] > 0 and out_bad[3] > 0 and torch.isnan(out_bad[1:3]).all()
 
 
 def test_bad_input(device):
@@ -186,3 +197,22 @@ def test_bad_input(device):
         torch_wrs.standard_gamma(torch.tensor([1, 2], device=device))
     with pytest.raises(RuntimeError, match="standard_gamma: method must be 'auto'"):
         torch_wrs.standard_gamma(torch.ones(3, device=device), "ziggurat")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_validation_in_the_generating_pass_finds_every_position(device, dtype):
+    """The kernels flag invalid alphas themselves: an invalid entry anywhere (first or second
+    of a pair, the odd last element, deep in a large tensor) raises; both kinds present
+    raise the negative-entry error, as the separate check did."""
+    n = 300_001
+    for position in (0, 1, n // 2, n - 1):
+        for value, text in ((-0.25, "a negative entry"), (float("nan"), "NaN")):
+            a = torch.full((n,), 1.5, device=device, dtype=dtype)
+            a[position] = value
+            with pytest.raises(RuntimeError, match=f"standard_gamma: alpha contains {text}"):
+                torch_wrs.standard_gamma(a)
+            assert torch.isnan(torch_wrs.standard_gamma(a, validate=False)[position])
+    a = torch.full((1001,), 1.5, device=device, dtype=dtype)
+    a[7], a[900] = float("nan"), -1.0
+    with pytest.raises(RuntimeError, match="negative entry"):
+        torch_wrs.standard_gamma(a, log=True)

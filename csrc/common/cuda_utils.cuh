@@ -55,4 +55,14 @@ inline bool stream_is_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+// A kernel's 4-byte status word (flags OR-ed by the threads that saw a problem), read
+// back into pinned memory: one small copy and a stream sync, no dispatcher round trip.
+inline uint32_t read_status_word(const at::Tensor& status, cudaStream_t stream) {
+  const at::Tensor host = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+  C10_CUDA_CHECK(cudaMemcpyAsync(host.mutable_data_ptr<int>(), status.const_data_ptr<int>(), sizeof(int),
+                                 cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return static_cast<uint32_t>(*host.const_data_ptr<int>());
+}
+
 }  // namespace wrs

@@ -61,8 +61,7 @@ at::Tensor call_standard_gamma_grad(const at::Tensor& alpha, const at::Tensor& o
 
 }  // namespace
 
-Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, bool validate,
-                            const char* op, const char* arg) {
+Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, const char* op, const char* arg) {
   check_floating(alpha, op, arg);
   Method m;
   if (method == "auto") {
@@ -71,8 +70,12 @@ Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, bo
     TORCH_CHECK(parse_method(method, m), op, ": method must be 'auto', 'cheng_ga', 'marsaglia_tsang', "
                 "'ahrens_dieter_gc', 'best_xg' or 'cheng_feast_gkm3', got '", method, "'");
   }
-  if (validate) check_values(alpha, op, arg, /*normalised=*/false);
   return m;
+}
+
+void raise_alpha_flags(uint32_t flags, const char* op, const char* arg) {
+  TORCH_CHECK(!(flags & kWeightNegative), op, ": ", arg, " contains a negative entry");
+  TORCH_CHECK(!(flags & kWeightNaN), op, ": ", arg, " contains NaN");
 }
 
 namespace {

@@ -52,7 +52,7 @@ struct SubsequenceBits {
 template <typename scalar_t, typename Gen>
 __global__ void __launch_bounds__(kThreads)
     standard_gamma_kernel(const scalar_t* __restrict__ alpha, scalar_t* __restrict__ out, int64_t n,
-                          bool log_output, at::PhiloxCudaState philox) {
+                          bool log_output, at::PhiloxCudaState philox, uint32_t* status) {
   using acc_t = at::opmath_type<scalar_t>;
   const PhiloxSeed seed = philox_seed(philox);
   const int64_t pairs = (n + 1) / 2;
@@ -72,6 +72,12 @@ __global__ void __launch_bounds__(kThreads)
   // A pair's start: its subsequence; block 0 holds the boost uniforms, drawn only when
   // an element needs one; the candidates follow from block 1.
   auto begin_pair = [&] {
+    // validate: invalid alphas flag the status word here, once per element (they come
+    // out NaN: the pair driver never loops on them).
+    if (status) {
+      const uint32_t flags = alpha_flags(a0) | alpha_flags(a1);
+      if (flags) atomicOr(status, flags);
+    }
     pair.start(a0, a1, 2 * j + 1 < n);
     bits.start(seed, j);
     if (pair.needs_boost) {
@@ -100,7 +106,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename scalar_t, typename Gen>
-void launch_standard_gamma(const at::Tensor& alpha, at::Tensor& out, bool log, const at::PhiloxCudaState& philox) {
+void launch_standard_gamma(const at::Tensor& alpha, at::Tensor& out, bool log, const at::PhiloxCudaState& philox,
+                           uint32_t* status) {
   const auto kernel = standard_gamma_kernel<scalar_t, Gen>;
   static const int blocks_per_sm = [&] {
     int b = 0;
@@ -111,22 +118,33 @@ void launch_standard_gamma(const at::Tensor& alpha, at::Tensor& out, bool log, c
   const int64_t resident = static_cast<int64_t>(blocks_per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int blocks = static_cast<int>(std::min(ceil_div((n + 1) / 2, kThreads), resident));
   kernel<<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      alpha.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n, log, philox);
+      alpha.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n, log, philox, status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 at::Tensor standard_gamma_cuda(const at::Tensor& alpha, c10::string_view method, bool log, bool validate,
                                std::optional<at::Generator> generator) {
-  const Method m = check_standard_gamma(alpha, method, validate, "standard_gamma", "alpha");
+  const Method m = check_standard_gamma(alpha, method, "standard_gamma", "alpha");
   const c10::cuda::CUDAGuard guard(alpha.device());
   const at::Tensor a = alpha.contiguous();
   at::Tensor out = at::empty_like(a);
   if (a.numel() == 0) return out;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  // validate: the kernel flags invalid alphas in its own pass; one 4-byte read back,
+  // skipped while the stream is capturing a CUDA graph (as torch does; NaN comes out).
+  const bool read_back = validate && !stream_is_capturing(stream);
+  at::Tensor status;
+  if (validate) {
+    status = at::empty({1}, a.options().dtype(at::kInt));
+    C10_CUDA_CHECK(cudaMemsetAsync(status.mutable_data_ptr<int>(), 0, sizeof(int), stream));
+  }
+  uint32_t* status_ptr = validate ? reinterpret_cast<uint32_t*>(status.mutable_data_ptr<int>()) : nullptr;
   const at::PhiloxCudaState philox = cuda_philox_state(generator, a.device().index(), kDrawsPerSubsequence);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "standard_gamma_cuda", [&] {
     dispatch_method<at::opmath_type<scalar_t>>(
-        m, [&](auto gen) { launch_standard_gamma<scalar_t, decltype(gen)>(a, out, log, philox); });
+        m, [&](auto gen) { launch_standard_gamma<scalar_t, decltype(gen)>(a, out, log, philox, status_ptr); });
   });
+  if (read_back) raise_alpha_flags(read_status_word(status, stream), "standard_gamma", "alpha");
   return out;
 }
 

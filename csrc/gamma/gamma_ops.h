@@ -1,6 +1,7 @@
 #pragma once
 // Host-side pieces of the gamma ops shared by the CPU and CUDA kernels: argument checks
 // and the method choice. Schemas live in csrc/ops.cpp.
+#include "common/checks.h"
 #include "gamma/gamma.h"
 
 #include <ATen/core/Tensor.h>
@@ -9,11 +10,18 @@
 
 namespace wrs::gamma {
 
-// Checks alpha's dtype, and with `validate` its values (one device-to-host read on
-// CUDA, refused under graph capture: pass validate=False there; then a negative or NaN
-// alpha yields NaN). Returns the generator `method` names; "auto" is the fastest exact
-// one measured for `dtype` (docs/benchmarks.md).
-Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, bool validate,
-                            const char* op, const char* arg);
+// Checks alpha's dtype and `method`; returns the generator it names ("auto" is the
+// fastest exact one measured, docs/benchmarks.md). alpha's values are checked by the
+// generating kernels themselves, in the same pass (alpha_flags, raise_alpha_flags).
+Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, const char* op, const char* arg);
+
+// What validate=True rejects in an alpha, as WeightFlags bits (common/checks.h): the
+// kernels OR these into one status word, only for the elements they see invalid.
+C10_HOST_DEVICE inline uint32_t alpha_flags(double a) {
+  return a != a ? kWeightNaN : a < 0 ? kWeightNegative : 0u;
+}
+
+// Raises standard_gamma's errors for the flags found (negative first, as before).
+void raise_alpha_flags(uint32_t flags, const char* op, const char* arg);
 
 }  // namespace wrs::gamma

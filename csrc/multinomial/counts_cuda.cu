@@ -43,7 +43,7 @@ at::Tensor multinomial_counts_cuda(const at::Tensor& weights, int64_t total,
         reinterpret_cast<uint32_t*>(status.mutable_data_ptr<int>()));
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (!stream_is_capturing(stream)) raise_count_flags(static_cast<uint32_t>(status.item<int>()));
+  if (!stream_is_capturing(stream)) raise_count_flags(read_status_word(status, stream));
   return out;
 }
 

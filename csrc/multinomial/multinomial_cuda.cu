@@ -40,15 +40,6 @@ Method choose(const Request& r) {
   return r.k <= kMaxTopK ? Method::kTopK : Method::kKeysTopK;
 }
 
-// The status word, read back into pinned memory (no dispatcher round trip).
-uint32_t read_status(const at::Tensor& status, cudaStream_t stream) {
-  const at::Tensor host = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
-  C10_CUDA_CHECK(cudaMemcpyAsync(host.mutable_data_ptr<int>(), status.const_data_ptr<int>(), sizeof(int),
-                                 cudaMemcpyDeviceToHost, stream));
-  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return static_cast<uint32_t>(*host.const_data_ptr<int>());
-}
-
 at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator) {
   at::Tensor out = at::empty(r.out_shape, r.x.options().dtype(at::kLong));
   if (r.rows == 0) return out;
@@ -98,7 +89,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
       break;
     }
   }
-  if (!stream_is_capturing(stream)) raise_value_flags(r, read_status(status, stream));
+  if (!stream_is_capturing(stream)) raise_value_flags(r, read_status_word(status, stream));
   return out;
 }
 
