@@ -7,6 +7,7 @@ import torch
 
 import torch_wrs
 from torch_wrs import distributions as wd
+from conftest import requires_cuda
 
 
 def dirichlet_moments(alpha):
@@ -115,3 +116,35 @@ def test_gamma_with_rate(device):
     assert abs(x.mean().item() - 1.5) < 5 * math.sqrt(0.75 / n)
     # Var = concentration / rate^2 = 0.75; mu4 of Gamma(3)/2 is (3*9 + 6*3) / 16.
     assert abs(x.var().item() - 0.75) < 5 * math.sqrt((45 / 16 - 0.75**2) / n)
+
+
+def test_dirichlet_invalid_anywhere_raises_with_its_cause(device):
+    """The validation is one NaN check of the output: each kind of invalid concentration,
+    alone in a large batch, still raises with its own message."""
+    for value, text in ((-1.0, "contains a negative entry"), (float("nan"), "contains NaN"),
+                        (float("inf"), "contains inf"), (None, "has a row whose entries are all zero")):
+        c = torch.rand(500, 300, device=device) + 0.01
+        if value is None:
+            c[417] = 0
+        else:
+            c[417, 299] = value
+        with pytest.raises(RuntimeError, match=f"dirichlet: concentration {text}"):
+            torch_wrs.dirichlet(c)
+        torch_wrs.dirichlet(c, validate=False)  # no error, NaN row
+    c = torch.rand(500, 300, device=device) + 0.01
+    c[:, ::2] = 0  # zeros are valid while a row has a positive entry
+    x = torch_wrs.dirichlet(c)
+    assert (x[:, ::2] == 0).all() and torch.allclose(x.sum(-1), torch.ones(500, device=device))
+
+
+@requires_cuda
+def test_dirichlet_default_validate_captures_in_a_cuda_graph():
+    c = torch.rand(1000, 50, device="cuda") + 0.1
+    torch_wrs.dirichlet(c)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = torch_wrs.dirichlet(c)
+    graph.replay()
+    first = out.clone()
+    graph.replay()
+    assert not torch.equal(first, out) and torch.allclose(out.sum(-1), torch.ones(1000, device="cuda"))

@@ -7,6 +7,15 @@
 
 namespace wrs {
 
+bool stream_capturing(const at::Tensor& t) {
+#ifdef WITH_CUDA
+  return t.is_cuda() && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+#else
+  (void)t;
+  return false;
+#endif
+}
+
 void check_host_read_allowed(const at::Tensor& t, const char* op, const char* what) {
 #ifdef WITH_CUDA
   TORCH_CHECK(!t.is_cuda() || c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,

@@ -12,6 +12,10 @@ namespace wrs {
 // forbidden, so this raises there (naming the op) instead of letting capture fail.
 void check_host_read_allowed(const at::Tensor& t, const char* op, const char* what);
 
+// Whether t is a CUDA tensor and the current stream is capturing a CUDA graph (ops that
+// skip their value checks there, as torch does, rather than refuse).
+bool stream_capturing(const at::Tensor& t);
+
 inline void check_floating(const at::Tensor& t, const char* op, const char* arg) {
   TORCH_CHECK(at::isFloatingType(t.scalar_type()), op, ": ", arg,
               " must be a floating-point tensor (float16, bfloat16, float32 or float64), got ",

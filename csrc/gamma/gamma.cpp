@@ -142,14 +142,23 @@ at::Tensor standard_gamma_autograd(const at::Tensor& alpha, c10::string_view met
 
 // Dirichlet rows are softmax(log G): normalising in log space keeps rows whose gammas all
 // underflow (concentrations near 1e-3) exact, where G / sum(G) would give 0 / 0.
+//
+// validate: every invalid concentration (negative, NaN, inf, a row of zeros) and only an
+// invalid one puts NaN in its output row (NaN or -inf log-gammas; +inf; all -inf), so one
+// any-NaN reduction over the output and one read back find them all; the detailed check
+// runs only then, for the message. Skipped while a CUDA graph is being captured.
 at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
   constexpr const char* kOp = "dirichlet";
   check_floating(concentration, kOp, "concentration");
   check_has_last_dim(concentration, kOp, "concentration");
-  if (validate) check_values(concentration, kOp, "concentration", /*normalised=*/true);
   const at::Tensor log_g = call_standard_gamma(concentration.to(acc_dtype(concentration)), "auto",
                                                /*log=*/true, /*validate=*/false, std::move(generator));
-  return at::softmax(log_g, -1).to(concentration.scalar_type());
+  const at::Tensor out = at::softmax(log_g, -1);
+  if (validate && out.numel() > 0 && !stream_capturing(out) && out.isnan().any().item<bool>()) {
+    check_values(concentration, kOp, "concentration", /*normalised=*/true);
+    TORCH_CHECK(false, kOp, ": concentration gave NaN rows");  // not reached: the check names the cause
+  }
+  return out.to(concentration.scalar_type());
 }
 
 // Beta(a, b) = G_a / (G_a + G_b) = sigmoid(log G_a - log G_b), broadcasting a and b.
