@@ -49,9 +49,11 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def _rank_generator(generator: Optional[torch.Generator], device: torch.device, rank: int) -> torch.Generator:
-    """A generator for this call on this rank, keyed by the given one's state and the rank;
-    the given one advances, so the next call differs. Host-side only (no device sync)."""
+def _rank_generators(generator: Optional[torch.Generator], device: torch.device,
+                     rank: int) -> Tuple[torch.Generator, torch.Generator]:
+    """Generators for this call on this rank (one on `device`, one on the CPU for the small
+    draws made on the host), keyed by the given one's state and the rank; the given one
+    advances, so the next call differs. Host-side only (no device sync)."""
     if generator is None:
         generator = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else torch.default_generator
     if generator.device.type == "cuda":
@@ -60,9 +62,8 @@ def _rank_generator(generator: Optional[torch.Generator], device: torch.device, 
         generator.set_offset(offset + 4)
     else:
         state = int(torch.randint(0, 1 << 62, (), generator=generator))
-    derived = torch.Generator(device=device)
-    derived.manual_seed(_splitmix64(state ^ _splitmix64(rank + 1)) & ((1 << 63) - 1))
-    return derived
+    seed = _splitmix64(state ^ _splitmix64(rank + 1)) & ((1 << 63) - 1)
+    return torch.Generator(device=device).manual_seed(seed), torch.Generator().manual_seed(seed ^ 1)
 
 
 class ShardedAliasTable:
@@ -121,7 +122,6 @@ class ShardedAliasTable:
         self._shard_totals = torch.tensor(self.totals, dtype=torch.float64, device=self.device)
         # Every shard one table: draws travel as int32 indices within their shard.
         self._compact = max(self.sizes) <= _MAX_PIECE
-        self._offsets_tensor = torch.tensor(self.offsets[:-1], dtype=torch.int64, device=self.device)
 
     @staticmethod
     def _local_problem(w) -> int:
@@ -154,28 +154,42 @@ class ShardedAliasTable:
                 raise RuntimeError(f"ShardedAliasTable.sample: num_samples must be a non-negative int, got {num_samples!r}")
             return self._draw_local(num_samples, generator, ordered=ordered)
         n = 0 if bad else num_samples
-        g = _rank_generator(generator, self.device, self.rank)
-        counts, labels = _split(self._shard_totals, n, g, ordered)
+        g, g_host = _rank_generators(generator, self.device, self.rank)
+        if ordered:  # each output position's shard, i.i.d., on the device
+            counts, labels = _split(self._shard_totals, n, g, ordered=True)
+        else:  # the counts alone: world_size binomials, on the host
+            counts, labels = multinomial_counts(self._shard_totals.cpu(), n, generator=g_host), None
         if bad:
             counts = torch.full_like(counts, -1)
         mine, asked = self._exchange(counts, "sample", f"num_samples must be a non-negative int, got {num_samples!r}")
-        # What the others asked of this shard: one i.i.d. sequence cut into their segments
-        # in order (ordered), or each asker's multiset drawn apart (sectioned: faster).
+        # What the other ranks asked of this shard: one i.i.d. sequence cut into their
+        # segments in order (ordered), or each asker's multiset drawn apart (sectioned:
+        # faster). It is exchanged while this rank draws its own share from its own shard.
+        me = self.rank
+        to_send = [0 if r == me else c for r, c in enumerate(asked)]
+        to_receive = [0 if r == me else c for r, c in enumerate(mine)]
         if ordered:
-            draws = self._draw_local(sum(asked), g, ordered=True, local=self._compact)
+            send = self._draw_local(sum(to_send), g, ordered=True, local=self._compact)
         else:
-            draws = torch.cat([self._draw_local(c, g, ordered=False, local=self._compact) for c in asked])
-        received = torch.empty(n, dtype=draws.dtype, device=self.device)
-        self._all_to_all(received, draws, mine, asked)
-        if not self._compact:
-            return received if labels is None else _interleave(received, labels, self.world_size)
-        # Local int32 indices (half the bytes on the wire) to global int64 ones.
-        if labels is None:
-            out = torch.empty(n, dtype=torch.int64, device=self.device)
-            for r, (a, b) in enumerate(zip(_starts(mine), _starts(mine)[1:] + [n])):
-                torch.add(received[a:b], self.offsets[r], out=out[a:b])
-            return out
-        return _interleave(received, labels, self.world_size).long().add_(self._offsets_tensor[labels])
+            send = torch.cat([self._draw_local(c, g, ordered=False, local=self._compact) for c in to_send])
+        received = torch.empty(sum(to_receive), dtype=send.dtype, device=self.device)
+        exchange = self._all_to_all(received, send, to_receive, to_send, async_op=True)
+        own = self._draw_local(mine[me], g, ordered=ordered, local=self._compact)
+        if exchange is not None:
+            exchange.wait()
+        # Grouped by shard, in shard order, as int64 global indices (int32 within the
+        # shard on the wire: half the bytes).
+        out = torch.empty(n, dtype=torch.int64, device=self.device)
+        at, got = 0, 0
+        for r, c in enumerate(mine):
+            part = own if r == me else received[got:got + c]
+            got += 0 if r == me else c
+            if self._compact:
+                torch.add(part, self.offsets[r], out=out[at:at + c])
+            else:
+                out[at:at + c] = part
+            at += c
+        return out if labels is None else _interleave(out, labels, self.world_size)
 
     def _draw_local(self, count: int, generator, ordered: bool, local: bool = False) -> torch.Tensor:
         """``count`` i.i.d. global int64 indices from this rank's shard (in i.i.d. order when
@@ -234,25 +248,20 @@ class ShardedAliasTable:
         return both
 
 
-    def _all_to_all(self, output: torch.Tensor, input: torch.Tensor, output_splits, input_splits):
+    def _all_to_all(self, output: torch.Tensor, input: torch.Tensor, output_splits, input_splits,
+                    async_op: bool = False):
+        """all_to_all_single; with async_op (where no staging is needed) returns its work."""
         if self._comm == output.device:
-            dist.all_to_all_single(output, input, output_splits, input_splits, group=self.group)
-            return
+            return dist.all_to_all_single(output, input, output_splits, input_splits, group=self.group,
+                                          async_op=async_op)
         staged = torch.empty(output.shape, dtype=output.dtype, device=self._comm)
         dist.all_to_all_single(staged, input.to(self._comm), output_splits, input_splits, group=self.group)
         output.copy_(staged)
+        return None
 
     def __repr__(self) -> str:
         return (f"ShardedAliasTable(num_categories={self.num_categories}, rank={self.rank}, "
                 f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, device={self.device})")
-
-
-def _starts(counts: List[int]) -> List[int]:
-    """Where each segment of an exchange starts."""
-    starts = [0]
-    for c in counts[:-1]:
-        starts.append(starts[-1] + c)
-    return starts
 
 
 def _split(totals: torch.Tensor, count: int, generator, ordered: bool):
