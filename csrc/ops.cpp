@@ -48,7 +48,8 @@ TORCH_LIBRARY(wrs, m) {
   // float64 for float64). method: "auto", "cheng_ga", "marsaglia_tsang",
   // "ahrens_dieter_gc", "best_xg", "cheng_feast_gkm3". log=True returns log X, exact
   // where X underflows (alpha below ~0.05). validate=True raises for negative or NaN
-  // alpha with one host read (pass False under CUDA-graph capture; NaN out then).
+  // alpha, flagged by the generating kernel, with one host read skipped under CUDA-graph
+  // capture (NaN out then, as with validate=False).
   // Differentiable in alpha (implicit reparameterisation, gradient below).
   m.def("standard_gamma(Tensor alpha, str method=\"auto\", *, bool log=False, bool validate=True, "
         "Generator? generator=None) -> Tensor",

@@ -27,8 +27,9 @@ def standard_gamma(
     ``log=True`` returns ``log X`` itself, exact for any ``alpha > 0``.
 
     ``alpha == 0`` gives 0 and ``alpha == inf`` gives inf. ``validate=True`` raises a
-    RuntimeError for negative or NaN entries (on CUDA, one read back to the host; pass
-    ``validate=False`` under CUDA-graph capture, where such entries give NaN).
+    RuntimeError for negative or NaN entries, which the generating kernel flags in its own
+    pass (on CUDA, one 4-byte read back, skipped while a CUDA graph is being captured);
+    with ``validate=False``, or under capture, such entries give NaN.
 
     Differentiable in ``alpha`` (implicit reparameterisation, as ``torch._standard_gamma``).
     """
@@ -53,7 +54,10 @@ def dirichlet(
 ) -> torch.Tensor:
     """Dirichlet rows over the last dimension of ``concentration`` (``[..., K]``),
     normalised in log space, so concentrations down to 1e-3 and below stay exact.
-    Differentiable in ``concentration``."""
+    Differentiable in ``concentration``. ``validate=True`` raises a RuntimeError for
+    negative, NaN or inf entries and all-zero rows, found by one check of the output (on
+    CUDA one read back, skipped while a CUDA graph is being captured, where such rows
+    come out NaN)."""
     return torch.ops.wrs.dirichlet(concentration, validate=validate, generator=generator)
 
 
