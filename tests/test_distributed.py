@@ -240,6 +240,9 @@ def test_world_size_one_equals_alias_table():
             assert torch.equal(ours, ref)
         with pytest.raises(RuntimeError, match="num_samples"):
             table.sample(-1)
+        with pytest.raises(RuntimeError, match="num_samples"):
+            table.sample(2.5)
+        assert table.sample(torch.tensor(7)).shape == (7,)
         with pytest.raises(RuntimeError, match="positive finite sum"):
             ShardedAliasTable(torch.zeros(4))
     finally:

@@ -16,6 +16,7 @@ device) and derives from its state and the rank a fresh stream for that rank, so
 seeded alike still draw independently, and a fixed seed per rank and world size gives the
 same draws. With world size 1 nothing is derived: the draws equal ``AliasTable.sample``'s.
 """
+import operator
 from typing import List, Optional, Tuple
 
 import torch
@@ -148,7 +149,11 @@ class ShardedAliasTable:
         A collective: every rank calls it (each with its own ``num_samples``, 0 allowed).
         ``ordered=True`` returns them in i.i.d. order; ``ordered=False`` grouped by shard
         (the same multiset law, cheaper). A bad ``num_samples`` on any rank raises on all."""
-        bad = not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 0
+        try:  # any integer type (int, numpy or 0-d integer tensors), never bool
+            bad = isinstance(num_samples, bool) or operator.index(num_samples) < 0
+            num_samples = operator.index(num_samples)
+        except TypeError:
+            bad = True
         if self.world_size == 1:
             if bad:
                 raise RuntimeError(f"ShardedAliasTable.sample: num_samples must be a non-negative int, got {num_samples!r}")
