@@ -112,8 +112,18 @@ C10_HOST_DEVICE inline T rsqrt(T x) {
 }
 
 // (sin, cos) of 2 pi (u - 1/2) for u in (0, 1): the argument stays in (-pi, pi).
+// float64 on the GPU: one sincospi of 2u - 1, whose reduction is exact and cheap, where
+// separate sin and cos of the rounded product each carry a general argument reduction
+// (with its local-memory slow path): the float64 kernel's stack frame and a third of
+// its double instructions per candidate pair.
 template <typename T>
 C10_HOST_DEVICE inline void sincos_two_pi(T u, T& s, T& c) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 8) {
+    ::sincospi(2 * u - 1, &s, &c);
+    return;
+  }
+#endif
   const T theta = static_cast<T>(6.283185307179586476925) * (u - static_cast<T>(0.5));
 #ifdef __CUDA_ARCH__
   if constexpr (sizeof(T) == 4) {
