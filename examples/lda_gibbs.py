@@ -108,15 +108,21 @@ def zipf_weights(vocab_size, exponent=1.07, device="cpu"):
     return torch.arange(1, vocab_size + 1, dtype=torch.float64, device=device) ** -exponent
 
 
+def planted_topics(vocab_size, num_topics, gen, device):
+    """[K, V] topics: topic k's words follow a Zipf law over its own random ordering of the
+    vocabulary, phi_k ~ Dirichlet(0.05 * V * zipf[perm_k])."""
+    base = zipf_weights(vocab_size, device=device)
+    perm = torch.argsort(torch.rand(num_topics, vocab_size, generator=gen, device=device), dim=1)
+    return torch_wrs.dirichlet((0.05 * vocab_size * base / base.sum())[perm].float(), generator=gen)
+
+
 def synthetic_corpus(num_docs, vocab_size, mean_length, num_topics, alpha=0.1, seed=0, device="cpu"):
     """A corpus drawn from LDA: topic k's words follow a Zipf law over its own random
     ordering of the vocabulary, phi_k ~ Dirichlet(0.05 * V * zipf[perm_k]); theta_d
     ~ Dirichlet(alpha), lengths ~ Poisson(mean_length), z ~ theta_d, w ~ phi_z. Uses
     torch_wrs's Dirichlet and alias sampling."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    base = zipf_weights(vocab_size, device=device)
-    perm = torch.argsort(torch.rand(num_topics, vocab_size, generator=gen, device=device), dim=1)
-    phi = torch_wrs.dirichlet((0.05 * vocab_size * base / base.sum())[perm].float(), generator=gen)
+    phi = planted_topics(vocab_size, num_topics, gen, device)
     theta = torch_wrs.dirichlet(torch.full((num_docs, num_topics), alpha, device=device), generator=gen)
     lengths = torch.poisson(torch.full((num_docs,), float(mean_length), device=device), generator=gen).long().clamp(min=1)
     doc = torch.repeat_interleave(torch.arange(num_docs, device=device), lengths)
@@ -142,9 +148,7 @@ def synthetic_corpus_blocks(num_docs, vocab_size, mean_length, num_topics, alpha
     Each token's word is one draw from its topic's alias table (a bucket, then the 32-bit
     threshold against a 53-bit uniform)."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    base = zipf_weights(vocab_size, device=device)
-    perm = torch.argsort(torch.rand(num_topics, vocab_size, generator=gen, device=device), dim=1)
-    phi = torch_wrs.dirichlet((0.05 * vocab_size * base / base.sum())[perm].float(), generator=gen)
+    phi = planted_topics(vocab_size, num_topics, gen, device)
     table = torch_wrs.alias_table(phi).view(-1)
     blocks = (num_docs + block_docs - 1) // block_docs
     lo, hi = blocks * rank // world_size, blocks * (rank + 1) // world_size
