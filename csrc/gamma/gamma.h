@@ -198,7 +198,31 @@ struct MarsagliaTsang {
     if (!(v > 0)) return false;
     const acc_t z2 = z * z;
     if (dr.second < 1 - static_cast<acc_t>(0.0331) * (z2 * z2)) return true;
+    if constexpr (sizeof(acc_t) == 8) {
+      const int sure = log_test_in_float(dr.second, v, z2, x);
+      if (sure != 0) return sure > 0;
+    }
     return fast::log(dr.second) < z2 / 2 + d - x + 3 * d * fast::log(v);
+  }
+
+  // float64: the log test evaluated in float, trusted only where its rounding cannot
+  // change the outcome. The ~10% of candidates the squeeze leaves make a warp run the
+  // test on almost every trip with few lanes on, and in float64 its two logs are long
+  // software sequences; in float they are two MUFU calls.
+  // The test is T = z^2/2 + d - x + 3 d log v - log U > 0. In float, log U and log v are
+  // within 2^-21 (1 + |log|) (rounding the argument: 2^-24 relative; __logf: 2^-21.41
+  // absolute on [1/2, 2], 3 ulp elsewhere), and every other term and the sums within a few
+  // 2^-24 of their magnitudes, so |T_float - T| <= 2^-19 (1 + z^2/2 + 4d + x + 3d |log v|
+  // + |log U|); the float64 evaluation's own error is ~2^-50 of the same. Past a margin of
+  // four times that bound both agree on the sign. Returns +1 (accept), -1 (reject), or 0:
+  // inside the margin, or not finite in float (alpha beyond float's range): decide in
+  // float64. About 1e-4 of the candidates that reach it for alpha <= 10.
+  C10_HOST_DEVICE int log_test_in_float(acc_t u, acc_t v, acc_t z2, acc_t x) const {
+    const float log_u = fast::log(static_cast<float>(u)), log_v = fast::log(static_cast<float>(v));
+    const float df = static_cast<float>(d), xf = static_cast<float>(x), half_z2 = static_cast<float>(z2) / 2;
+    const float t = half_z2 + (df - xf) + 3 * df * log_v - log_u;
+    const float margin = 0x1.0p-17f * (1 + half_z2 + 4 * df + xf + 3 * df * std::fabs(log_v) - log_u);
+    return t > margin ? 1 : t < -margin ? -1 : 0;
   }
 };
 
@@ -274,7 +298,7 @@ template <typename acc_t, typename Gen>
 struct Element {
   enum Kind : int { kConstant, kDirect, kBoost };
   Gen gen;
-  acc_t alpha, inv_alpha, log_boost;  // log_boost = log(U) / alpha
+  acc_t alpha, log_boost;  // log_boost = log(U) / alpha
   Kind kind;
 
   // Returns true when the element needs its boost uniform.
@@ -289,7 +313,6 @@ struct Element {
     }
     const bool boost = Gen::kNeedsAlphaAboveOne ? al <= 1 : al < 1;
     kind = boost ? kBoost : kDirect;
-    inv_alpha = fast::div(acc_t(1), al);
     // al + 1 rounds to 1 for al below the epsilon: step just above 1, where the
     // alpha > 1 methods are defined (Gamma(1 + eps) and Gamma(1 + al) agree to eps).
     const acc_t boosted = al + 1 > 1 ? al + 1 : 1 + std::numeric_limits<acc_t>::epsilon();
@@ -297,8 +320,10 @@ struct Element {
     return boost;
   }
 
-  // The boost's log U / alpha, exact: it sets the law's tail towards 0.
-  C10_HOST_DEVICE void set_boost(acc_t u) { log_boost = std::log(u) * inv_alpha; }
+  // The boost's log U / alpha, exact: it sets the law's tail towards 0. (The division is
+  // here, not in start(): most elements need no boost, and in float64 it is a software
+  // sequence that every pair switch would pay.)
+  C10_HOST_DEVICE void set_boost(acc_t u) { log_boost = fast::div(std::log(u), alpha); }
 
   C10_HOST_DEVICE bool attempt(const Draw<acc_t>& d, bool log_output, acc_t& out) const {
     if (kind == kConstant) {
