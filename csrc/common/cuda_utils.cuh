@@ -4,11 +4,14 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 namespace wrs {
@@ -49,6 +52,26 @@ T* scratch(std::vector<at::Tensor>& keep, const at::TensorOptions& opts, int64_t
   return reinterpret_cast<T*>(keep.back().data_ptr());
 }
 
+// Several uninitialised scratch arrays (counts[i] of the i-th type) carved from one
+// allocation, kept alive by `keep`: where a small call needs several, each allocation
+// is host time it feels. Each array starts 16-byte aligned.
+template <typename... T>
+std::tuple<T*...> scratch_arrays(at::Tensor& keep, const at::TensorOptions& opts,
+                                 const std::array<int64_t, sizeof...(T)>& counts) {
+  constexpr int64_t kAlign = 16;
+  constexpr std::array<int64_t, sizeof...(T)> sizes{static_cast<int64_t>(sizeof(T))...};
+  std::array<int64_t, sizeof...(T)> offsets{};
+  int64_t bytes = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    offsets[i] = bytes;
+    bytes += ceil_div(counts[i] * sizes[i], kAlign) * kAlign;
+  }
+  keep = at::empty({std::max<int64_t>(bytes, 1)}, opts.dtype(at::kByte));
+  char* base = static_cast<char*>(keep.mutable_data_ptr());
+  size_t i = 0;
+  return std::tuple<T*...>{reinterpret_cast<T*>(base + offsets[i++])...};  // braces: left to right
+}
+
 inline bool stream_is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
@@ -56,13 +79,12 @@ inline bool stream_is_capturing(cudaStream_t stream) {
 }
 
 // A kernel's 4-byte status word (flags OR-ed by the threads that saw a problem), read
-// back into pinned memory: one small copy and a stream sync, no dispatcher round trip.
+// back as torch's item() does: a copy into a host variable, which waits for the stream.
+// No pinned buffer to allocate and no dispatcher round trip.
 inline uint32_t read_status_word(const at::Tensor& status, cudaStream_t stream) {
-  const at::Tensor host = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
-  C10_CUDA_CHECK(cudaMemcpyAsync(host.mutable_data_ptr<int>(), status.const_data_ptr<int>(), sizeof(int),
-                                 cudaMemcpyDeviceToHost, stream));
-  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return static_cast<uint32_t>(*host.const_data_ptr<int>());
+  uint32_t word = 0;
+  c10::cuda::memcpy_and_sync(&word, status.const_data_ptr<int>(), sizeof(word), cudaMemcpyDeviceToHost, stream);
+  return word;
 }
 
 }  // namespace wrs

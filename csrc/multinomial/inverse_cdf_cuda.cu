@@ -25,7 +25,6 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
-#include <vector>
 
 namespace wrs::multinomial {
 namespace {
@@ -270,8 +269,8 @@ template <typename scalar_t, typename Weights>
 void launch_flags(const DrawCall& call, const Weights& wts) {
   const int64_t chunks = inverse_cdf_chunks(call.rows, call.n);
   const int64_t chunk_items = ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
-  std::vector<at::Tensor> keep;
-  auto* summaries = scratch<Summary>(keep, call.x.options(), call.rows * chunks);
+  at::Tensor keep;
+  const auto [summaries] = scratch_arrays<Summary>(keep, call.x.options(), {call.rows * chunks});
   summarize_kernel<scalar_t, Weights><<<call.rows * chunks, kThreads, 0, call.stream>>>(
       call.x.const_data_ptr<scalar_t>(), call.n, 0, chunks, chunk_items, wts, summaries, nullptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -291,10 +290,8 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
   }
   const int64_t chunk_items = ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
   const int64_t blocks = call.rows * chunks;
-  std::vector<at::Tensor> keep;
-  const auto opts = call.x.options();
-  auto* summaries = scratch<Summary>(keep, opts, blocks);
-  auto* chunk_total = scratch<uint64_t>(keep, opts, blocks);
+  at::Tensor keep;
+  const auto [summaries, chunk_total] = scratch_arrays<Summary, uint64_t>(keep, call.x.options(), {blocks, blocks});
   summarize_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, call.k, chunks, chunk_items,
                                                                           wts, summaries, call.out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -17,7 +17,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <cub/block/block_reduce.cuh>
 
-#include <vector>
 
 namespace wrs::multinomial {
 namespace {
@@ -297,11 +296,9 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
     return;
   }
   const int64_t blocks = call.rows * chunks;
-  std::vector<at::Tensor> keep;
-  const auto opts = call.x.options();
-  auto* cand_key = scratch<double>(keep, opts, blocks * call.k);
-  auto* cand_index = scratch<int64_t>(keep, opts, blocks * call.k);
-  auto* stats = scratch<ChunkStats>(keep, opts, blocks);
+  at::Tensor keep;
+  const auto [cand_key, cand_index, stats] =
+      scratch_arrays<double, int64_t, ChunkStats>(keep, call.x.options(), {blocks * call.k, blocks * call.k, blocks});
   topk_kernel<scalar_t, Weights, SLOTS><<<blocks, kThreads, 0, call.stream>>>(
       x, call.rows, call.n, call.k, kWarpsPerBlock, chunks, ceil_div(pairs, chunks), wts, call.philox, call.out,
       cand_key, cand_index, stats, call.status);
