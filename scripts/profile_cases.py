@@ -1,0 +1,105 @@
+"""Profiling drivers for a GPU machine (not part of the test suite).
+
+    python3 scripts/profile_cases.py gamma      # one call per case, for ncu to capture
+    python3 scripts/profile_cases.py anatomy    # where a small multinomial call's host time goes
+    python3 scripts/profile_cases.py gamma_sizes # standard_gamma vs torch at 2^24 and 2^26, twice
+
+`gamma` runs torch_wrs.standard_gamma and torch._standard_gamma once per (dtype, alpha),
+for ncu (which replays each kernel) to see one launch of each.
+`anatomy` times a few LLM-decode-shaped calls (CUDA events, medians) against the
+floors a synchronizing call cannot go under, and prints torch.profiler's CPU-side table.
+"""
+import statistics
+import sys
+
+import torch
+
+import torch_wrs
+
+
+def event_us(fn, reps=200, warmup=20):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(times)
+
+
+def gamma():
+    n = 1 << 24
+    for dtype in (torch.float64, torch.float32):
+        for a in (1.0001, 2.0):
+            alpha = torch.full((n,), a, device="cuda", dtype=dtype)
+            print(f"launching {dtype} alpha={a}: ours, then torch", flush=True)
+            torch_wrs.standard_gamma(alpha, validate=False)
+            torch._standard_gamma(alpha)
+            torch.cuda.synchronize()
+
+
+def gamma_sizes():
+    """Is the ratio to torch the same at the size ncu profiles and at the benchmark's?"""
+    print("| n | dtype | alpha | round | ours validate=False G/s | ours default G/s | torch G/s |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: |")
+    for log2n in (24, 26):
+        n = 1 << log2n
+        for dtype in (torch.float32, torch.float64):
+            for a in (1.0001, 2.0):
+                alpha = torch.full((n,), a, device="cuda", dtype=dtype)
+                for rnd in range(2):
+                    ours = event_us(lambda: torch_wrs.standard_gamma(alpha, validate=False), reps=20, warmup=3)
+                    default = event_us(lambda: torch_wrs.standard_gamma(alpha), reps=20, warmup=3)
+                    ref = event_us(lambda: torch._standard_gamma(alpha), reps=20, warmup=3)
+                    print(f"| 2^{log2n} | {str(dtype)[6:]} | {a} | {rnd} | {n / ours / 1e3:.0f} | "
+                          f"{n / default / 1e3:.0f} | {n / ref / 1e3:.0f} |")
+
+
+def anatomy():
+    gen = torch.Generator("cuda").manual_seed(0)
+    op = torch.ops.wrs.multinomial.default
+    print(f"{torch.cuda.get_device_name()}: microseconds per call (CUDA-event medians)")
+    print("| case | us |")
+    print("| --- | ---: |")
+    for rows, n, dtype in ((1, 128_256, torch.float32), (64, 128_256, torch.bfloat16), (8, 32_000, torch.float32)):
+        x = (torch.rand(rows, n, generator=gen, device="cuda") + 1e-3).to(dtype)
+        cases = {
+            "torch.empty(1)": lambda: torch.empty(1, device="cuda"),
+            "x.sum() (launch only)": lambda: x.sum(),
+            "x.sum().item() (launch + sync)": lambda: x.sum().item(),
+            "torch.multinomial k=1": lambda: torch.multinomial(x, 1, True, generator=gen),
+            "torch.multinomial k=8": lambda: torch.multinomial(x, 8, True, generator=gen),
+            "torch_wrs.multinomial k=1": lambda: torch_wrs.multinomial(x, 1, True, generator=gen),
+            "op directly k=1": lambda: op(x, 1, True, generator=gen),
+            "torch_wrs.multinomial k=8": lambda: torch_wrs.multinomial(x, 8, True, generator=gen),
+            "sample_logits k=1": lambda: torch_wrs.sample_logits(x, 1, generator=gen),
+        }
+        for name, fn in cases.items():
+            print(f"| {rows} x {n:,} {str(dtype)[6:]}: {name} | {event_us(fn):.1f} |")
+        # Kernels only: our call captured in a graph and replayed.
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch_wrs.multinomial(x, 1, True)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            torch_wrs.multinomial(x, 1, True)
+        print(f"| {rows} x {n:,} {str(dtype)[6:]}: graph replay of ours k=1 | {event_us(g.replay):.1f} |")
+    x = torch.rand(1, 128_256, generator=gen, device="cuda") + 1e-3
+    for _ in range(20):
+        torch_wrs.multinomial(x, 1, True)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(50):
+            torch_wrs.multinomial(x, 1, True)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    {"gamma": gamma, "gamma_sizes": gamma_sizes, "anatomy": anatomy}[sys.argv[1]]()
