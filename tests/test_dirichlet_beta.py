@@ -3,6 +3,7 @@ bad input, and the torch.distributions subclasses."""
 import math
 
 import pytest
+import scipy.stats as st
 import torch
 
 import torch_wrs
@@ -32,6 +33,28 @@ def test_dirichlet_moments(device, conc):
     fourth = ((x - mean) ** 4).mean(0)
     se_var = ((fourth - var**2) / n).sqrt()
     assert ((x.var(0) - var).abs() < 5 * se_var).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("conc", [1e-3, 0.1, 2.0])
+def test_dirichlet_wide_rows(device, dtype, conc):
+    # 96 categories: on CUDA the fused kernel (a warp per row), on the CPU the composite.
+    # Every column's mean and variance, and (where values are representable) the KS
+    # distance of one column to its exact Beta(alpha_i, alpha_0 - alpha_i) marginal.
+    n, k = 100_000, 96
+    alpha = conc * (0.5 + 3 * torch.arange(k, dtype=torch.float64) / k)
+    g = torch.Generator(device=device).manual_seed(8)
+    x = torch_wrs.dirichlet(alpha.to(device, dtype).expand(n, k), generator=g).double()
+    assert x.dtype == torch.float64 and torch.isfinite(x).all() and (x >= 0).all()
+    assert torch.allclose(x.sum(-1), torch.ones(n, dtype=torch.float64, device=device), atol=1e-5)
+    mean, var = (m.to(device) for m in dirichlet_moments(alpha))
+    assert ((x.mean(0) - mean).abs() < 5 * (var / n).sqrt()).all()
+    fourth = ((x - mean) ** 4).mean(0)
+    assert ((x.var(0) - var).abs() < 5 * ((fourth - var**2) / n).sqrt()).all()
+    if conc >= 0.1:  # at 1e-3 most values lie below the dtype's smallest number: 0
+        a0 = alpha.sum().item()
+        column = x[:, 40].cpu().numpy()
+        assert st.kstest(column, "beta", args=(alpha[40].item(), a0 - alpha[40].item())).pvalue > 1e-3
 
 
 def test_dirichlet_tiny_concentration_is_exact_where_torch_is_not(device):
@@ -130,7 +153,8 @@ def test_dirichlet_invalid_anywhere_raises_with_its_cause(device):
             c[417, 299] = value
         with pytest.raises(RuntimeError, match=f"dirichlet: concentration {text}"):
             torch_wrs.dirichlet(c)
-        torch_wrs.dirichlet(c, validate=False)  # no error, NaN row
+        y = torch_wrs.dirichlet(c, validate=False)  # no error: a NaN row, the others intact
+        assert torch.isnan(y[417]).any() and torch.isfinite(y[torch.arange(500, device=device) != 417]).all()
     c = torch.rand(500, 300, device=device) + 0.01
     c[:, ::2] = 0  # zeros are valid while a row has a positive entry
     x = torch_wrs.dirichlet(c)
@@ -138,8 +162,9 @@ def test_dirichlet_invalid_anywhere_raises_with_its_cause(device):
 
 
 @requires_cuda
-def test_dirichlet_default_validate_captures_in_a_cuda_graph():
-    c = torch.rand(1000, 50, device="cuda") + 0.1
+@pytest.mark.parametrize("k", [50, 100])  # the composite, the fused kernel
+def test_dirichlet_default_validate_captures_in_a_cuda_graph(k):
+    c = torch.rand(1000, k, device="cuda") + 0.1
     torch_wrs.dirichlet(c)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

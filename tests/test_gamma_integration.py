@@ -15,9 +15,12 @@ def test_opcheck_standard_gamma(device):
 
 def test_opcheck_composites(device):
     a = torch.rand(4, 6, device=device) + 0.1
+    wide = torch.rand(5, 80, device=device, dtype=torch.float64) + 0.1  # fused on CUDA
     # The gradient is itself not differentiable (as torch's _standard_gamma_grad).
     for op, args in ((torch.ops.wrs.standard_gamma_grad.default, (a, a, True)),
-                     (torch.ops.wrs.dirichlet.default, (a,)), (torch.ops.wrs.beta.default, (a, a))):
+                     (torch.ops.wrs.dirichlet.default, (a,)), (torch.ops.wrs.dirichlet.default, (wide,)),
+                     (torch.ops.wrs.dirichlet_rows.default, (a,)), (torch.ops.wrs.dirichlet_rows.default, (wide,)),
+                     (torch.ops.wrs.beta.default, (a, a))):
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
 
 
@@ -36,10 +39,11 @@ def test_compile_fullgraph_with_gradient(device, log):
     assert abs(alpha.grad.mean().item() - expected) < 0.02
 
 
-def test_compile_dirichlet(device):
+@pytest.mark.parametrize("k", [5, 100])  # on CUDA: the composite, the fused kernel
+def test_compile_dirichlet(device, k):
     compiled = torch.compile(lambda c: torch_wrs.dirichlet(c, validate=False), fullgraph=True)
-    x = compiled(torch.full((1000, 5), 0.01, device=device))
-    assert x.shape == (1000, 5) and torch.allclose(x.sum(-1), torch.ones(1000, device=device))
+    x = compiled(torch.full((1000, k), 0.01, device=device))
+    assert x.shape == (1000, k) and torch.allclose(x.sum(-1), torch.ones(1000, device=device))
 
 
 class GammaModule(torch.nn.Module):

@@ -53,6 +53,11 @@ def _standard_gamma_fake(alpha, method="auto", *, log=False, validate=True, gene
     return torch.empty_like(alpha, memory_format=torch.contiguous_format)
 
 
+@torch.library.register_fake("wrs::dirichlet_rows")
+def _dirichlet_rows_fake(concentration, *, validate=True, generator=None):
+    return torch.empty_like(concentration, memory_format=torch.contiguous_format)
+
+
 def _default_cells(n):
     return 1 << min(max(int(n) - 1, 0).bit_length(), 30)
 

@@ -78,6 +78,12 @@ void raise_alpha_flags(uint32_t flags, const char* op, const char* arg) {
   TORCH_CHECK(!(flags & kWeightNaN), op, ": ", arg, " contains NaN");
 }
 
+void raise_concentration_flags(uint32_t flags, const char* op, const char* arg) {
+  raise_alpha_flags(flags, op, arg);
+  TORCH_CHECK(!(flags & kWeightInf), op, ": ", arg, " contains inf");
+  TORCH_CHECK(!(flags & kRowZeroSum), op, ": ", arg, " has a row whose entries are all zero");
+}
+
 namespace {
 
 // dX/dalpha of X ~ Gamma(alpha) at fixed CDF (implicit reparameterisation):
@@ -140,6 +146,8 @@ at::Tensor standard_gamma_autograd(const at::Tensor& alpha, c10::string_view met
   return StandardGammaFunction::apply(alpha, method, log, validate, std::move(generator));
 }
 
+}  // namespace
+
 // Dirichlet rows are softmax(log G): normalising in log space keeps rows whose gammas all
 // underflow (concentrations near 1e-3) exact, where G / sum(G) would give 0 / 0.
 //
@@ -147,7 +155,7 @@ at::Tensor standard_gamma_autograd(const at::Tensor& alpha, c10::string_view met
 // invalid one puts NaN in its output row (NaN or -inf log-gammas; +inf; all -inf), so one
 // any-NaN reduction over the output and one read back find them all; the detailed check
 // runs only then, for the message. Skipped while a CUDA graph is being captured.
-at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
+at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
   constexpr const char* kOp = "dirichlet";
   check_floating(concentration, kOp, "concentration");
   check_has_last_dim(concentration, kOp, "concentration");
@@ -159,6 +167,22 @@ at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::option
     TORCH_CHECK(false, kOp, ": concentration gave NaN rows");  // not reached: the check names the cause
   }
   return out.to(concentration.scalar_type());
+}
+
+namespace {
+
+// dirichlet: with a gradient to carry, the composite (its backward needs the log-gammas);
+// otherwise dirichlet_rows, which CUDA fuses into one kernel (gamma_cuda.cu says for
+// which rows). The two draw from different Philox streams: a fixed seed reproduces each
+// path's values, not one path's values on the other.
+at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
+  if (at::GradMode::is_enabled() && concentration.requires_grad()) {
+    return dirichlet_composite(concentration, validate, std::move(generator));
+  }
+  static const auto rows_op = c10::Dispatcher::singleton()
+                                  .findSchemaOrThrow("wrs::dirichlet_rows", "")
+                                  .typed<at::Tensor(const at::Tensor&, bool, std::optional<at::Generator>)>();
+  return rows_op.call(concentration, validate, std::move(generator));
 }
 
 // Beta(a, b) = G_a / (G_a + G_b) = sigmoid(log G_a - log G_b), broadcasting a and b.
@@ -178,6 +202,10 @@ at::Tensor beta(const at::Tensor& a, const at::Tensor& b, bool validate, std::op
 
 TORCH_LIBRARY_IMPL(wrs, Autograd, m) {
   m.impl("standard_gamma", &standard_gamma_autograd);
+}
+
+TORCH_LIBRARY_IMPL(wrs, CPU, m) {
+  m.impl("dirichlet_rows", &dirichlet_composite);
 }
 
 TORCH_LIBRARY_IMPL(wrs, CompositeImplicitAutograd, m) {

@@ -64,50 +64,34 @@ struct SubsequenceBits {
 template <typename scalar_t>
 constexpr int kMinBlocksPerSm = std::is_same_v<at::opmath_type<scalar_t>, double> ? 4 : 6;
 
-template <typename scalar_t, typename Gen>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
-    standard_gamma_kernel(const scalar_t* __restrict__ alpha, scalar_t* __restrict__ out, int64_t n,
-                          bool log_output, at::PhiloxCudaState philox, uint32_t* status) {
-  using acc_t = at::opmath_type<scalar_t>;
-  constexpr unsigned kAllLanes = 0xffffffffu;
-  const PhiloxSeed seed = philox_seed(philox);
-  const int64_t pairs = (n + 1) / 2;
+constexpr unsigned kAllLanes = 0xffffffffu;
+
+// One warp runs the pairs [0, count) of a range through Pair<acc_t, Gen>: pair p draws
+// from Philox subsequence first_subsequence + p. load(p, a0, a1) gives a pair's alphas
+// (a1 = 0 where the pair has no second element; it also flags invalid ones), and
+// finish(p, x0, x1) takes its results. Indices within the range are 32-bit: registers
+// are what bounds the resident warps.
+template <typename acc_t, typename Gen, typename Load, typename Finish>
+__device__ void run_warp_pairs(int count, int64_t first_subsequence, const PhiloxSeed& seed, bool log_output,
+                               const Load& load, const Finish& finish) {
   const int lane = threadIdx.x % kWarp;
   const unsigned lanes_below = (1u << lane) - 1;
-  // This warp's pairs: first + [0, count). Indices within the range are 32-bit (the
-  // launch keeps count below 2^31): registers are what bounds the resident warps.
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp;
-  const int64_t per_warp = (pairs + warps - 1) / warps;
-  const int64_t first = warp * per_warp;
-  if (first >= pairs) return;  // the whole warp
-  const int count = static_cast<int>(pairs - first < per_warp ? pairs - first : per_warp);
-  auto load = [&](int p, acc_t& a0, acc_t& a1) {
-    const int64_t e = 2 * (first + p);
-    a0 = static_cast<acc_t>(alpha[e]);
-    a1 = e + 1 < n ? static_cast<acc_t>(alpha[e + 1]) : acc_t(0);
-  };
   // Each lane holds its pair p and has claimed its next one (alphas already loading, so
   // finishing never waits on memory); `claimed` is the same in every lane.
   int p = lane;
   int next_p = kWarp + lane;
   int claimed = 2 * kWarp;
   acc_t a0 = 0, a1 = 0, next0 = 0, next1 = 0;
-  if (p < count) load(p, a0, a1);
-  if (next_p < count) load(next_p, next0, next1);
+  bool has_second = false, next_has_second = false;
+  if (p < count) has_second = load(p, a0, a1);
+  if (next_p < count) next_has_second = load(next_p, next0, next1);
   Pair<acc_t, Gen> pair;
   SubsequenceBits bits;
   // A pair's start: its subsequence; block 0 holds the boost uniforms, drawn only when
   // an element needs one; the candidates follow from block 1.
   auto begin_pair = [&] {
-    // validate: invalid alphas flag the status word here, once per element (they come
-    // out NaN: the pair driver never loops on them).
-    if (status) {
-      const uint32_t flags = alpha_flags(a0) | alpha_flags(a1);
-      if (flags) atomicOr(status, flags);
-    }
-    pair.start(a0, a1, 2 * (first + p) + 1 < n);
-    bits.start(seed, first + p);
+    pair.start(a0, a1, has_second);
+    bits.start(seed, first_subsequence + p);
     if (pair.needs_boost) {
       CandidateWords<acc_t> words;
       bits.next(words);
@@ -124,9 +108,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
       CandidateWords<acc_t> words;
       bits.next(words);
       if (pair.step(words, log_output)) {
-        const int64_t e = 2 * (first + p);
-        out[e] = static_cast<scalar_t>(pair.out[0]);
-        if (e + 1 < n) out[e + 1] = static_cast<scalar_t>(pair.out[1]);
+        finish(p, pair.out[0], pair.out[1]);
         finished = true;
       }
     }
@@ -135,11 +117,132 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
       p = next_p;
       a0 = next0;
       a1 = next1;
+      has_second = next_has_second;
       next_p = claimed + __popc(finishing & lanes_below);
-      if (next_p < count) load(next_p, next0, next1);
+      if (next_p < count) next_has_second = load(next_p, next0, next1);
       if (p < count) begin_pair();
     }
     claimed += __popc(finishing);
+  }
+}
+
+template <typename scalar_t, typename Gen>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
+    standard_gamma_kernel(const scalar_t* __restrict__ alpha, scalar_t* __restrict__ out, int64_t n,
+                          bool log_output, at::PhiloxCudaState philox, uint32_t* status) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t pairs = (n + 1) / 2;
+  // This warp's pairs: first + [0, count).
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp;
+  const int64_t per_warp = (pairs + warps - 1) / warps;
+  const int64_t first = warp * per_warp;
+  if (first >= pairs) return;  // the whole warp
+  const int count = static_cast<int>(pairs - first < per_warp ? pairs - first : per_warp);
+  auto load = [&](int p, acc_t& a0, acc_t& a1) {
+    const int64_t e = 2 * (first + p);
+    const bool has_second = e + 1 < n;
+    a0 = static_cast<acc_t>(alpha[e]);
+    a1 = has_second ? static_cast<acc_t>(alpha[e + 1]) : acc_t(0);
+    // validate: invalid alphas flag the status word, once per element (they come out
+    // NaN: the pair driver never loops on them).
+    if (status) {
+      const uint32_t flags = alpha_flags(a0) | alpha_flags(a1);
+      if (flags) atomicOr(status, flags);
+    }
+    return has_second;
+  };
+  auto finish = [&](int p, acc_t x0, acc_t x1) {
+    const int64_t e = 2 * (first + p);
+    out[e] = static_cast<scalar_t>(x0);
+    if (e + 1 < n) out[e + 1] = static_cast<scalar_t>(x1);
+  };
+  run_warp_pairs<acc_t, Gen>(count, first, philox_seed(philox), log_output, load, finish);
+}
+
+// Fused Dirichlet rows (float and double): a warp per row (rows j, j + W, ...) generates
+// the row's log-gammas as above (pair q of row r: elements 2q and 2q+1, Philox subsequence
+// r * ceil(K / 2) + q), writing them to `out` and keeping an online log-sum-exp per lane;
+// a warp reduction gives the row's log total L, and a second sweep over the row (from L1,
+// the warp just wrote it) writes exp(log g - L). One read of the concentrations, one
+// write of the rows, where the composite reads and writes each element three times.
+// Invalid concentrations give NaN rows as the composite does: NaN or negative (NaN
+// log-gamma), inf (+inf: inf - inf), a row of zeros (all -inf: L = -inf).
+template <typename acc_t>
+struct LogSumExp {
+  acc_t max, sum;  // sum of exp(v - max); max = -inf while empty
+  __device__ void add(acc_t v) {
+    if (v != v) {
+      sum = v;  // NaN stays NaN
+    } else if (v > max) {
+      sum = sum * ::exp(max - v) + 1;  // exp(-inf) = 0 while empty
+      max = v;
+    } else if (v > -INFINITY) {
+      sum += ::exp(v - max);
+    }
+  }
+  __device__ void combine(const LogSumExp& o) {
+    if (o.sum != o.sum || sum != sum) {
+      sum = o.sum != o.sum ? o.sum : sum;
+      return;
+    }
+    if (o.sum == 0) return;
+    if (sum == 0) {
+      *this = o;
+      return;
+    }
+    const acc_t m = max > o.max ? max : o.max;
+    sum = sum * ::exp(max - m) + o.sum * ::exp(o.max - m);
+    max = m;
+  }
+};
+
+template <typename scalar_t, typename Gen>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
+    dirichlet_kernel(const scalar_t* __restrict__ conc, scalar_t* __restrict__ out, int64_t rows, int64_t k,
+                     at::PhiloxCudaState philox, uint32_t* status) {
+  using acc_t = scalar_t;  // float or double
+  const PhiloxSeed seed = philox_seed(philox);
+  const int64_t pairs_per_row = (k + 1) / 2;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp; row < rows;
+       row += warps) {
+    const scalar_t* c = conc + row * k;
+    scalar_t* o = out + row * k;
+    LogSumExp<acc_t> lse{-INFINITY, 0};
+    bool nonzero = false;
+    auto load = [&](int p, acc_t& a0, acc_t& a1) {
+      const bool has_second = 2 * p + 1 < k;
+      a0 = c[2 * p];
+      a1 = has_second ? c[2 * p + 1] : acc_t(0);
+      nonzero |= a0 != 0 || a1 != 0;
+      if (status) {
+        const uint32_t flags = alpha_flags(a0) | alpha_flags(a1) |
+                               (a0 == INFINITY || a1 == INFINITY ? static_cast<uint32_t>(kWeightInf) : 0u);
+        if (flags) atomicOr(status, flags);
+      }
+      return has_second;
+    };
+    auto finish = [&](int p, acc_t log_g0, acc_t log_g1) {
+      o[2 * p] = log_g0;
+      lse.add(log_g0);
+      if (2 * p + 1 < k) {
+        o[2 * p + 1] = log_g1;
+        lse.add(log_g1);
+      }
+    };
+    run_warp_pairs<acc_t, Gen>(static_cast<int>(pairs_per_row), row * pairs_per_row, seed, /*log_output=*/true,
+                               load, finish);
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      LogSumExp<acc_t> other{__shfl_xor_sync(kAllLanes, lse.max, offset), __shfl_xor_sync(kAllLanes, lse.sum, offset)};
+      lse.combine(other);
+    }
+    if (status && !__any_sync(kAllLanes, nonzero) && lane == 0) atomicOr(status, static_cast<uint32_t>(kRowZeroSum));
+    __syncwarp();  // the row's log-gammas, written by other lanes, are visible
+    const acc_t log_total = lse.max + ::log(lse.sum);
+    for (int64_t i = lane; i < k; i += kWarp) o[i] = ::exp(o[i] - log_total);
   }
 }
 
@@ -188,10 +291,63 @@ at::Tensor standard_gamma_cuda(const at::Tensor& alpha, c10::string_view method,
   return out;
 }
 
+// Which kernel serves Dirichlet rows without a gradient on CUDA, and why:
+//
+// | rows                               | method                 | why                                   |
+// | ---------------------------------- | ---------------------- | ------------------------------------- |
+// | float or double, K >= 64           | fused (a warp per row) | one read and one write per element    |
+// | half, bfloat16, or K < 64          | the composite          | arithmetic in float needs a converted |
+// |                                    | (gamma.cpp)            | copy anyway; below 64 a warp per row  |
+// |                                    |                        | would leave most of its lanes idle    |
+constexpr int64_t kFusedMinCategories = 64;
+
+at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
+  constexpr const char* kOp = "dirichlet";
+  check_floating(concentration, kOp, "concentration");
+  check_has_last_dim(concentration, kOp, "concentration");
+  const at::ScalarType dtype = concentration.scalar_type();
+  const int64_t k = concentration.size(-1);
+  if ((dtype != at::kFloat && dtype != at::kDouble) || k < kFusedMinCategories) {
+    return dirichlet_composite(concentration, validate, std::move(generator));
+  }
+  const c10::cuda::CUDAGuard guard(concentration.device());
+  const at::Tensor c = concentration.contiguous();
+  at::Tensor out = at::empty_like(c);
+  const int64_t rows = c.numel() / k;
+  if (rows == 0) return out;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const bool read_back = validate && !stream_is_capturing(stream);
+  at::Tensor status;
+  if (validate) {
+    status = at::empty({1}, c.options().dtype(at::kInt));
+    C10_CUDA_CHECK(cudaMemsetAsync(status.mutable_data_ptr<int>(), 0, sizeof(int), stream));
+  }
+  uint32_t* status_ptr = validate ? reinterpret_cast<uint32_t*>(status.mutable_data_ptr<int>()) : nullptr;
+  TORCH_CHECK((k + 1) / 2 < (int64_t{1} << 30), kOp, ": too many categories for one row (", k, ")");
+  const at::PhiloxCudaState philox = cuda_philox_state(generator, c.device().index(), kDrawsPerSubsequence);
+  AT_DISPATCH_FLOATING_TYPES(dtype, "dirichlet_cuda", [&] {
+    const auto kernel = dirichlet_kernel<scalar_t, MarsagliaTsang<scalar_t>>;
+    static const int blocks_per_sm = [&] {
+      int b = 0;
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0));
+      return std::max(b, 1);
+    }();
+    const int64_t resident =
+        static_cast<int64_t>(blocks_per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    const int blocks = static_cast<int>(std::min(ceil_div(rows, kThreads / kWarp), resident));
+    kernel<<<blocks, kThreads, 0, stream>>>(c.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, k,
+                                            philox, status_ptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  if (read_back) raise_concentration_flags(read_status_word(status, stream), kOp, "concentration");
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
   m.impl("standard_gamma", &standard_gamma_cuda);
+  m.impl("dirichlet_rows", &dirichlet_rows_cuda);
 }
 
 }  // namespace wrs::gamma

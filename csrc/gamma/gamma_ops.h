@@ -4,9 +4,11 @@
 #include "common/checks.h"
 #include "gamma/gamma.h"
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace wrs::gamma {
 
@@ -23,5 +25,13 @@ C10_HOST_DEVICE inline uint32_t alpha_flags(double a) {
 
 // Raises standard_gamma's errors for the flags found (negative first, as before).
 void raise_alpha_flags(uint32_t flags, const char* op, const char* arg);
+
+// The same for Dirichlet concentrations, which also refuse inf and rows of zeros
+// (kWeightInf, kRowZeroSum).
+void raise_concentration_flags(uint32_t flags, const char* op, const char* arg);
+
+// Dirichlet rows as standard_gamma's log output then softmax: the differentiable path,
+// and the kernel of rows that no fused kernel serves.
+at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator);
 
 }  // namespace wrs::gamma
