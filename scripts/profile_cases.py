@@ -3,6 +3,7 @@
     python3 scripts/profile_cases.py gamma      # one call per case, for ncu to capture
     python3 scripts/profile_cases.py anatomy    # where a small multinomial call's host time goes
     python3 scripts/profile_cases.py gamma_sizes # standard_gamma vs torch at 2^24 and 2^26, twice
+    python3 scripts/profile_cases.py topk        # kernel times of draws without replacement, k = 64
 
 `gamma` runs torch_wrs.standard_gamma and torch._standard_gamma once per (dtype, alpha),
 for ncu (which replays each kernel) to see one launch of each.
@@ -59,6 +60,24 @@ def gamma_sizes():
                           f"{n / default / 1e3:.0f} | {n / ref / 1e3:.0f} |")
 
 
+def topk():
+    """Per-kernel device time (torch.profiler) of multinomial without replacement, k = 64."""
+    gen = torch.Generator("cuda").manual_seed(0)
+    for rows, n, dtype in ((64, 128_256, torch.bfloat16), (65_536, 1_000, torch.float32), (1, 1 << 24, torch.bfloat16),
+                           (8, 1 << 20, torch.float32)):
+        x = (torch.rand(rows, n, generator=gen, device="cuda") + 1e-3).to(dtype)
+        call = lambda: torch_wrs.multinomial(x, 64, False, generator=gen)  # noqa: E731
+        wall = event_us(call, reps=20, warmup=3)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                call()
+            torch.cuda.synchronize()
+        print(f"\n{rows} x {n:,} {str(dtype)[6:]}, k = 64: {wall:.1f} us per call (events); kernels, us per call:")
+        for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
+            if e.device_time_total > 0:
+                print(f"  {e.device_time_total / 5:9.1f}  {e.key[:90]}")
+
+
 def anatomy():
     gen = torch.Generator("cuda").manual_seed(0)
     op = torch.ops.wrs.multinomial.default
@@ -102,4 +121,4 @@ def anatomy():
 
 
 if __name__ == "__main__":
-    {"gamma": gamma, "gamma_sizes": gamma_sizes, "anatomy": anatomy}[sys.argv[1]]()
+    {"gamma": gamma, "gamma_sizes": gamma_sizes, "topk": topk, "anatomy": anatomy}[sys.argv[1]]()

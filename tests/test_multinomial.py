@@ -279,6 +279,24 @@ def test_gpu_topk_chunks_first_two_draws(rows, n, k, calls):
 
 
 @requires_cuda
+@pytest.mark.parametrize("rows,n", [(4, 90), (300, 1000), (8, 100_000), (1, 1 << 20), (2, 3_000_000)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_warp_topk_equals_the_keys_and_torch_topk(rows, n, dtype):
+    """Up to 64 draws without replacement, warps keep the top race keys (skipping keys
+    that a shared floor or a float bound rules out); beyond, every key is written and
+    torch.topk picks. Both draw item pair p of row r from Philox block r * pairs + p, so
+    with the same seed the first k of 65 draws are exactly the k draws."""
+    g = torch.Generator().manual_seed(n)
+    w = (torch.rand(rows, n, generator=g, dtype=torch.float64) ** 4).to(dtype)
+    w[:, 1::7] = 0
+    x = w.cuda()
+    for k in (8, 32, 33, 64):
+        reference = torch_wrs.multinomial(x, 65, False, generator=torch.Generator("cuda").manual_seed(5))
+        ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(5))
+        assert torch.equal(ours, reference[:, :k]), k
+
+
+@requires_cuda
 def test_gpu_many_samples_without_replacement_errors_and_law():
     """k > 64 without replacement: race keys and torch.topk; the errors still come."""
     w = torch.rand(3, 500, device="cuda")
