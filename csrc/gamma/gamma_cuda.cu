@@ -40,10 +40,11 @@ struct SubsequenceBits {
     block = seed.offset / 4;
     subsequence = pair;
   }
-  template <typename acc_t>
+  // The next `blocks` Philox blocks into words (a candidate's: kBlocksPerCandidate).
+  template <typename acc_t, int blocks = kBlocksPerCandidate<acc_t>>
   __device__ void next(CandidateWords<acc_t>& words) {
 #pragma unroll
-    for (int b = 0; b < kBlocksPerCandidate<acc_t>; ++b, ++block) {
+    for (int b = 0; b < blocks; ++b, ++block) {
       const uint4 r = curand_Philox4x32_10(
           make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
                      static_cast<uint32_t>(subsequence), static_cast<uint32_t>(subsequence >> 32)),
@@ -94,7 +95,7 @@ __device__ void run_warp_pairs(int count, int64_t first_subsequence, const Philo
     bits.start(seed, first_subsequence + p);
     if (pair.needs_boost) {
       CandidateWords<acc_t> words;
-      bits.next(words);
+      bits.next<acc_t, 1>(words);  // the two boost uniforms fit in block 0, also in float64
       pair.boost_words(words);
     }
     bits.block = seed.offset / 4 + 1;
