@@ -10,26 +10,17 @@ for ncu (which replays each kernel) to see one launch of each.
 `anatomy` times a few LLM-decode-shaped calls (CUDA events, medians) against the
 floors a synchronizing call cannot go under, and prints torch.profiler's CPU-side table.
 """
-import statistics
 import sys
 
 import torch
 
 import torch_wrs
+from torch_wrs.benchmark import cuda_ms
 
 
 def event_us(fn, reps=200, warmup=20):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times)
+    """Median microseconds of fn() over CUDA-event timings (the benchmark's timer)."""
+    return cuda_ms(fn, warmup=warmup, reps=reps) * 1e3
 
 
 def gamma():

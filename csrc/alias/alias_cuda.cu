@@ -369,7 +369,7 @@ at::Tensor alias_table_cuda(const at::Tensor& weights, bool validate) {
   const int64_t rows = w.numel() / n;
   if (rows == 0) return table;
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor status = at::zeros({1}, w.options().dtype(at::kInt));
+  const at::Tensor status = zeroed_status_word(w.options(), stream);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "alias_table_cuda", [&] {
     const scalar_t* wp = w.const_data_ptr<scalar_t>();
     int64_t* tp = table.mutable_data_ptr<int64_t>();

@@ -277,12 +277,8 @@ at::Tensor standard_gamma_cuda(const at::Tensor& alpha, c10::string_view method,
   // validate: the kernel flags invalid alphas in its own pass; one 4-byte read back,
   // skipped while the stream is capturing a CUDA graph (as torch does; NaN comes out).
   const bool read_back = validate && !stream_is_capturing(stream);
-  at::Tensor status;
-  if (validate) {
-    status = at::empty({1}, a.options().dtype(at::kInt));
-    C10_CUDA_CHECK(cudaMemsetAsync(status.mutable_data_ptr<int>(), 0, sizeof(int), stream));
-  }
-  uint32_t* status_ptr = validate ? reinterpret_cast<uint32_t*>(status.mutable_data_ptr<int>()) : nullptr;
+  const at::Tensor status = validate ? zeroed_status_word(a.options(), stream) : at::Tensor();
+  uint32_t* status_ptr = validate ? status_bits(status) : nullptr;
   const at::PhiloxCudaState philox = cuda_philox_state(generator, a.device().index(), kDrawsPerSubsequence);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "standard_gamma_cuda", [&] {
     dispatch_method<at::opmath_type<scalar_t>>(
@@ -318,12 +314,8 @@ at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, s
   if (rows == 0) return out;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const bool read_back = validate && !stream_is_capturing(stream);
-  at::Tensor status;
-  if (validate) {
-    status = at::empty({1}, c.options().dtype(at::kInt));
-    C10_CUDA_CHECK(cudaMemsetAsync(status.mutable_data_ptr<int>(), 0, sizeof(int), stream));
-  }
-  uint32_t* status_ptr = validate ? reinterpret_cast<uint32_t*>(status.mutable_data_ptr<int>()) : nullptr;
+  const at::Tensor status = validate ? zeroed_status_word(c.options(), stream) : at::Tensor();
+  uint32_t* status_ptr = validate ? status_bits(status) : nullptr;
   TORCH_CHECK((k + 1) / 2 < (int64_t{1} << 30), kOp, ": too many categories for one row (", k, ")");
   const at::PhiloxCudaState philox = cuda_philox_state(generator, c.device().index(), kDrawsPerSubsequence);
   AT_DISPATCH_FLOATING_TYPES(dtype, "dirichlet_cuda", [&] {

@@ -35,12 +35,12 @@ at::Tensor multinomial_counts_cuda(const at::Tensor& weights, int64_t total,
   const int64_t m = w.size(-1), rows = w.numel() / m;
   if (rows == 0) return out;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor status = at::zeros({1}, w.options().dtype(at::kInt));
+  const at::Tensor status = zeroed_status_word(w.options(), stream);
   const auto philox = cuda_philox_state(generator, w.device().index(), 4 * kCountBlocks);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "multinomial_counts_cuda", [&] {
     counts_kernel<<<grid_for(rows, 128), 128, 0, stream>>>(
         w.const_data_ptr<scalar_t>(), rows, m, total, philox, out.mutable_data_ptr<int64_t>(),
-        reinterpret_cast<uint32_t*>(status.mutable_data_ptr<int>()));
+        status_bits(status));
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (!stream_is_capturing(stream)) raise_count_flags(read_status_word(status, stream));

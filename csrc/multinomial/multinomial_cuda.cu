@@ -45,10 +45,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
   if (r.rows == 0) return out;
   const c10::cuda::CUDAGuard guard(r.x.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  // Status word: a memset, not at::zeros (a fill kernel through the dispatcher: host
-  // time that a small call would feel).
-  const at::Tensor status = at::empty({1}, r.x.options().dtype(at::kInt));
-  C10_CUDA_CHECK(cudaMemsetAsync(status.mutable_data_ptr<int>(), 0, sizeof(int), stream));
+  const at::Tensor status = zeroed_status_word(r.x.options(), stream);
   const Method method = choose(r);
   // Every kernel takes one Philox block (4 draws) per subsequence.
   DrawCall call{r.x,
@@ -59,7 +56,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
                 r.inv_temperature,
                 cuda_philox_state(generator, r.x.device().index(), 4),
                 out.mutable_data_ptr<int64_t>(),
-                reinterpret_cast<uint32_t*>(status.mutable_data_ptr<int>()),
+                status_bits(status),
                 stream};
   switch (method) {
     case Method::kWarpRows:

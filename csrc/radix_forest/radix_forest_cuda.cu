@@ -175,7 +175,7 @@ void build_cuda(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valid
   // 1. Row sums, checks and quantization scales.
   const RowSum* sums = row_sums_cuda(w, rows, n, keep, opts, stream);
   auto* scale = scratch<alias::RowScale>(keep, opts, rows);
-  const at::Tensor status = at::zeros({1}, opts.dtype(at::kInt));
+  const at::Tensor status = zeroed_status_word(opts, stream);
   row_scale_kernel<<<ceil_div(rows, kThreads), kThreads, 0, stream>>>(
       sums, rows, scale, reinterpret_cast<uint32_t*>(status.data_ptr<int>()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
