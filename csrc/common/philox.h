@@ -37,6 +37,39 @@ inline at::detail::UINT4 philox_block(const PhiloxSeed& s, uint64_t subsequence)
   return out;
 }
 
+// Blocks of subsequences first, first + 1, ..., first + count - 1 (count <= kPhiloxBatch):
+// the words philox_block gives, with the ten rounds of all of them computed side by side
+// so the compiler vectorizes the 32 x 32 -> 64-bit multiplies (about four times faster
+// per block than one block at a time, where a draw costs little else).
+constexpr int kPhiloxBatch = 8;
+inline void philox_blocks(const PhiloxSeed& s, uint64_t first, int count, at::detail::UINT4* out) {
+  const uint64_t offset = s.offset / 4;
+  uint32_t c0[kPhiloxBatch], c1[kPhiloxBatch], c2[kPhiloxBatch], c3[kPhiloxBatch];
+  for (int j = 0; j < kPhiloxBatch; ++j) {
+    const uint64_t sub = first + static_cast<uint64_t>(j);
+    c0[j] = static_cast<uint32_t>(offset);
+    c1[j] = static_cast<uint32_t>(offset >> 32);
+    c2[j] = static_cast<uint32_t>(sub);
+    c3[j] = static_cast<uint32_t>(sub >> 32);
+  }
+  uint32_t k0 = static_cast<uint32_t>(s.seed), k1 = static_cast<uint32_t>(s.seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    for (int j = 0; j < kPhiloxBatch; ++j) {
+      const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[j];
+      const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[j];
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[j] ^ k0;
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[j] ^ k1;
+      c1[j] = static_cast<uint32_t>(p1);
+      c3[j] = static_cast<uint32_t>(p0);
+      c0[j] = n0;
+      c2[j] = n2;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int j = 0; j < count; ++j) out[j] = at::detail::UINT4{{c0[j], c1[j], c2[j], c3[j]}};
+}
+
 // Sources of 32-bit draws, one per subsequence, for code that consumes a variable number
 // (rejection samplers): streams(subsequence)() yields the subsequence's draws in order.
 struct PhiloxStreams {

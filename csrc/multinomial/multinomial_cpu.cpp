@@ -174,6 +174,18 @@ uint64_t scan_points(const scalar_t* p, int64_t count, int64_t first, const Quan
   return through;
 }
 
+// Calls f(s, block) with the Philox block of each of a row's k samples (block row * k + s),
+// drawn in batches (philox_blocks: the same words, several times cheaper).
+template <typename F>
+void for_each_sample_block(const PhiloxSeed& seed, int64_t row, int64_t k, F&& f) {
+  at::detail::UINT4 blocks[kPhiloxBatch];
+  for (int64_t s0 = 0; s0 < k; s0 += kPhiloxBatch) {
+    const int count = static_cast<int>(std::min<int64_t>(kPhiloxBatch, k - s0));
+    philox_blocks(seed, static_cast<uint64_t>(row * k + s0), count, blocks);
+    for (int j = 0; j < count; ++j) f(s0 + j, blocks[j]);
+  }
+}
+
 // An upper bound on sum Q_i: n * 2^32 units up to the summation error of W (below
 // (n + 16) 2^-50 relative, eight times the bound of float64 recursive summation) plus
 // half a unit per item of rounding.
@@ -192,10 +204,10 @@ template <typename scalar_t, typename Weights>
 void draw_row(const scalar_t* x, int64_t n, int64_t row, int64_t k, const Quantizer<Weights>& quantize,
               const PhiloxSeed& seed, Point* pts, int64_t* out) {
   const uint64_t bound = units_bound(n);
-  for (int64_t s = 0; s < k; ++s) {  // sample s: Philox block row * k + s (words 0-1; 2-3 for a redraw)
-    const auto bits = philox_block(seed, static_cast<uint64_t>(row * k + s));
+  // Sample s: Philox block row * k + s (words 0-1; 2-3 for a redraw).
+  for_each_sample_block(seed, row, k, [&](int64_t s, const at::detail::UINT4& bits) {
     pts[s] = Point{uniform_point(bits[0], bits[1], bound), s};
-  }
+  });
   sort_points(pts, k);
   int64_t found = 0;
   scan_points(x, n, 0, quantize, 0, pts, k, found, out);
@@ -219,11 +231,10 @@ void draw_row_prefix(const scalar_t* x, int64_t n, int64_t row, int64_t k, const
   prefix.resize(n);
   uint64_t through = 0;
   for (int64_t i = 0; i < n; ++i) prefix[i] = through += quantize(static_cast<double>(x[i]));
-  for (int64_t s = 0; s < k; ++s) {
-    const auto bits = philox_block(seed, static_cast<uint64_t>(row * k + s));
+  for_each_sample_block(seed, row, k, [&](int64_t s, const at::detail::UINT4& bits) {
     const uint64_t at = uniform_point(bits[0], bits[1], through);
     out[s] = std::upper_bound(prefix.begin(), prefix.end(), at) - prefix.begin();
-  }
+  });
 }
 
 // A few long rows: chunk tasks. Each chunk's units, then each row's points on its exact
@@ -247,10 +258,9 @@ void draw_chunked(const Request& r, const scalar_t* x, const std::vector<Quantiz
       total += units_of[t];
     }
     Point* pts = points.data() + row * r.k;
-    for (int64_t s = 0; s < r.k; ++s) {
-      const auto bits = philox_block(seed, static_cast<uint64_t>(row * r.k + s));
+    for_each_sample_block(seed, row, r.k, [&](int64_t s, const at::detail::UINT4& bits) {
       pts[s] = Point{uniform_point(bits[0], bits[1], total), s};
-    }
+    });
     sort_points(pts, r.k);
   }
   at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
@@ -311,56 +321,87 @@ inline void keep_top(std::vector<Keyed>& c, int64_t k) {
   c.resize(k);
 }
 
+// The top k race keys of items [first, first + count) of a row, unordered, in `c`
+// (cleared first); returns how many of those items are nonzero.
+template <typename scalar_t, typename Weights>
+int64_t chunk_top(const scalar_t* p, int64_t first, int64_t count, int64_t row, int64_t pairs, int64_t k,
+                  const Weights& wts, const PhiloxSeed& seed, std::vector<Keyed>& c) {
+  c.clear();
+  double kth = Weights::kNone;  // keys at or below it cannot enter the top k
+  int64_t nz = 0;
+  // Chunks start at even items, so item i uses half i % 2 of Philox block row * pairs + i / 2
+  // (drawn kPhiloxBatch blocks at a time).
+  at::detail::UINT4 blocks[kPhiloxBatch];
+  for (int64_t i0 = first, end = first + count; i0 < end; i0 += 2 * kPhiloxBatch) {
+    const int batch = static_cast<int>(std::min<int64_t>(kPhiloxBatch, (end - i0 + 1) / 2));
+    philox_blocks(seed, static_cast<uint64_t>(row * pairs + i0 / 2), batch, blocks);
+    for (int j = 0; j < batch; ++j) {
+      const int64_t i = i0 + 2 * j;
+      const at::detail::UINT4& bits = blocks[j];
+      for (int64_t h = 0; h < 2 && i + h < end; ++h) {
+        const double v = static_cast<double>(p[i + h]);
+        nz += Weights::nonzero(v);
+        const double key = wts.key(v, exponential(bits[2 * h], bits[2 * h + 1]));
+        if (key <= kth) continue;
+        c.push_back(Keyed{key, i + h});
+        if (static_cast<int64_t>(c.size()) == 2 * k) {  // amortised: halve back to k
+          keep_top(c, k);
+          kth = c[k - 1].key;  // nth_element left the k-th highest there
+        }
+      }
+    }
+  }
+  keep_top(c, k);
+  return nz;
+}
+
+// Writes a row's k draws from candidates holding its top k: in decreasing key order.
+inline void write_top(std::vector<Keyed>& c, int64_t k, int64_t* out) {
+  keep_top(c, k);
+  std::sort(c.begin(), c.end(), higher);
+  for (int64_t s = 0; s < k; ++s) out[s] = c[s].index;
+}
+
 template <typename scalar_t, typename Weights>
 void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const PhiloxSeed& seed, int64_t* out) {
   const Chunks ch(r.rows, r.n);
   const std::vector<Summary> summary = row_summaries(x, ch, wts);
   raise_rows(r, summary);
   const int64_t pairs = (r.n + 1) / 2;
-  std::vector<std::vector<Keyed>> top(ch.tasks());
   std::vector<int64_t> nonzero(ch.tasks());
-  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row = ch.row(t);
-      const scalar_t* p = x + row * r.n;
-      std::vector<Keyed>& c = top[t];
-      c.reserve(std::min<int64_t>(2 * r.k, ch.count(t)));
-      double kth = Weights::kNone;  // keys at or below it cannot enter the top k
-      int64_t nz = 0;
-      // Chunks start at even items, so item i uses half i % 2 of Philox block row * pairs + i / 2.
-      for (int64_t i = ch.first(t), end = ch.first(t) + ch.count(t); i < end; i += 2) {
-        const auto bits = philox_block(seed, static_cast<uint64_t>(row * pairs + i / 2));
-        for (int64_t h = 0; h < 2 && i + h < end; ++h) {
-          const double v = static_cast<double>(p[i + h]);
-          nz += Weights::nonzero(v);
-          const double key = wts.key(v, exponential(bits[2 * h], bits[2 * h + 1]));
-          if (key <= kth) continue;
-          c.push_back(Keyed{key, i + h});
-          if (static_cast<int64_t>(c.size()) == 2 * r.k) {  // amortised: halve back to k
-            keep_top(c, r.k);
-            kth = c[r.k - 1].key;  // nth_element left the k-th highest there
-          }
+  if (ch.per_row == 1) {
+    // Rows within one chunk: each row's keys and draws in one go, one buffer per task
+    // (no allocation per row, no merge step).
+    at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
+      std::vector<Keyed> c;
+      c.reserve(std::min<int64_t>(2 * r.k, r.n));
+      for (int64_t row = b0; row < b1; ++row) {
+        nonzero[row] = chunk_top(x + row * r.n, 0, r.n, row, pairs, r.k, wts, seed, c);
+        if (nonzero[row] >= r.k) write_top(c, r.k, out + row * r.k);  // else raised below
+      }
+    });
+  } else {
+    std::vector<std::vector<Keyed>> top(ch.tasks());
+    at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        top[t].reserve(std::min<int64_t>(2 * r.k, ch.count(t)));
+        nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), ch.row(t), pairs, r.k, wts, seed,
+                               top[t]);
+      }
+    });
+    at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.k * ch.per_row)), [&](int64_t b0, int64_t b1) {
+      for (int64_t row = b0; row < b1; ++row) {
+        std::vector<Keyed> merged;
+        int64_t nz = 0;
+        for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) {
+          merged.insert(merged.end(), top[t].begin(), top[t].end());
+          nz += nonzero[t];
         }
+        if (nz >= r.k) write_top(merged, r.k, out + row * r.k);  // else raised below
       }
-      keep_top(c, r.k);
-      nonzero[t] = nz;
-    }
-  });
+    });
+  }
   uint32_t flags = 0;
-  at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.k * ch.per_row)), [&](int64_t b0, int64_t b1) {
-    for (int64_t row = b0; row < b1; ++row) {
-      std::vector<Keyed> merged;
-      int64_t nz = 0;
-      for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) {
-        merged.insert(merged.end(), top[t].begin(), top[t].end());
-        nz += nonzero[t];
-      }
-      if (nz < r.k) continue;  // raised below, before the output is returned
-      keep_top(merged, r.k);
-      std::sort(merged.begin(), merged.end(), higher);
-      for (int64_t s = 0; s < r.k; ++s) out[row * r.k + s] = merged[s].index;
-    }
-  });
   for (int64_t row = 0; row < r.rows; ++row) {
     int64_t nz = 0;
     for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) nz += nonzero[t];
