@@ -417,10 +417,14 @@ constexpr int64_t kAliasSamples = 65'536;
 at::Tensor sample_cpu(const Request& request, std::optional<at::Generator> generator) {
   at::Tensor out = at::empty(request.out_shape, request.x.options().dtype(at::kLong));
   if (request.rows == 0) return out;
-  // float16 and bfloat16 convert to float32 exactly; torch's vectorized conversion once
-  // costs less than a software conversion per item in every pass.
+  // float16 and bfloat16 convert to float32 exactly; from a few thousand items torch's
+  // vectorized conversion once costs less than a software conversion per item in every
+  // pass, below that its fixed cost (an allocation and a dispatch, a few us) is most of a
+  // small call.
+  constexpr int64_t kConvertFrom = 4096;
   Request r = request;
-  if (r.x.scalar_type() == at::kHalf || r.x.scalar_type() == at::kBFloat16) r.x = r.x.to(at::kFloat);
+  const bool half = r.x.scalar_type() == at::kHalf || r.x.scalar_type() == at::kBFloat16;
+  if (half && r.x.numel() >= kConvertFrom) r.x = r.x.to(at::kFloat);
   const bool inverse_cdf = r.replacement || r.k == 1;
   if (inverse_cdf && r.k >= kAliasSamples && r.k > 4 * r.n) {  // alias tables
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, r.x.scalar_type(), "multinomial_cpu_checks", [&] {
