@@ -6,9 +6,10 @@
 // them holds (SharedFloor), below which none admits; the warps of a row or chunk then
 // merge. A trip that admits several keys merges them as a batch (a bitonic sort and
 // merge) rather than one at a time. A long row's chunks leave their top k in scratch and
-// a second kernel merges them, one block per row. For probability weights, items whose key a float bound puts
-// below what they must beat skip the float64 log (key_surely_below): the lists, and so
-// the draws, are exactly those of computing every key.
+// a second kernel merges them, one block per row. For probability weights, items whose
+// key a float bound puts below what they must beat skip the float64 log
+// (key_surely_below): the lists, and so the draws, are exactly those of computing every
+// key.
 //
 // Item pair p of row r takes Philox block r * pairs + p (64 bits per item), so the keys
 // do not depend on how the row is split.
