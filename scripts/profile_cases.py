@@ -4,6 +4,7 @@
     python3 scripts/profile_cases.py anatomy    # where a small multinomial call's host time goes
     python3 scripts/profile_cases.py gamma_sizes # standard_gamma vs torch at 2^24 and 2^26, twice
     python3 scripts/profile_cases.py topk        # kernel times of draws without replacement, k = 64
+    python3 scripts/profile_cases.py race        # the race (top-k kernel) against the inverse CDF, per shape
 
 `gamma` runs torch_wrs.standard_gamma and torch._standard_gamma once per (dtype, alpha),
 for ncu (which replays each kernel) to see one launch of each.
@@ -111,5 +112,36 @@ def anatomy():
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
 
 
+def race():
+    """Whole calls (ms): one draw by the inverse CDF (replacement, k = 1) against the race
+    (without replacement, k = 2: the top-k kernel), for probabilities and logits, with
+    torch's and the unfused exponential trick's times beside them."""
+    gen = torch.Generator("cuda").manual_seed(0)
+    print("| dtype | rows | n | cdf k=1 | race k=2 | race k=8 | race k=64 | torch k=1 | torch no-repl k=64 "
+          "| logits cdf k=1 | logits race k=2 | trick |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows, n in ((1, 32_000), (1, 128_256), (8, 128_256), (64, 32_000), (64, 128_256), (256, 128_256),
+                        (4_096, 1_000), (4_096, 32_000), (65_536, 1_000), (1, 1 << 24)):
+            x = (torch.rand(rows, n, generator=gen, device="cuda") + 1e-3).to(dtype)
+            lg = (torch.randn(rows, n, generator=gen, device="cuda") * 3).to(dtype)
+
+            def trick():
+                e = torch.empty_like(lg).exponential_(generator=gen)
+                return (lg / 0.8 - e.log()).argmax(-1, keepdim=True)
+
+            t = [event_us(f, reps=30, warmup=3) / 1e3 for f in (
+                lambda: torch_wrs.multinomial(x, 1, True, generator=gen),
+                lambda: torch_wrs.multinomial(x, 2, False, generator=gen),
+                lambda: torch_wrs.multinomial(x, 8, False, generator=gen),
+                lambda: torch_wrs.multinomial(x, 64, False, generator=gen),
+                lambda: torch.multinomial(x, 1, True, generator=gen),
+                lambda: torch.multinomial(x, 64, False, generator=gen),
+                lambda: torch_wrs.sample_logits(lg, 1, temperature=0.8, generator=gen),
+                lambda: torch_wrs.sample_logits(lg, 2, temperature=0.8, replacement=False, generator=gen),
+                trick)]
+            print(f"| {str(dtype)[6:]} | {rows:,} | {n:,} | " + " | ".join(f"{v:.3f}" for v in t) + " |", flush=True)
+
+
 if __name__ == "__main__":
-    {"gamma": gamma, "gamma_sizes": gamma_sizes, "topk": topk, "anatomy": anatomy}[sys.argv[1]]()
+    {"gamma": gamma, "gamma_sizes": gamma_sizes, "topk": topk, "anatomy": anatomy, "race": race}[sys.argv[1]]()

@@ -121,7 +121,45 @@ def test_gpu_law_1e8():
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n,k,replacement", [(1, 128_256, 1, True), (64, 32_000, 2, True), (8, 50_000, 5, False)])
+def test_gpu_one_draw_race_law_1e8():
+    """One draw per row from many logits takes the race (the warp top-k with k = 1): 1e8
+    draws over 250,000 rows of 1,100 bfloat16 logits a call, temperature 0.7."""
+    g = torch.Generator().manual_seed(12)
+    logits = (torch.randn(1100, generator=g) * 3).to(torch.bfloat16)
+    logits[::11] = float("-inf")
+    x = logits.cuda().expand(250_000, 1100).contiguous()
+    gen = torch.Generator("cuda").manual_seed(13)
+    counts = torch.zeros(1100, dtype=torch.int64, device="cuda")
+    for _ in range(400):
+        counts += torch.bincount(torch_wrs.sample_logits(x, temperature=0.7, generator=gen).reshape(-1), minlength=1100)
+    assert counts[::11].sum() == 0
+    assert g_test_pvalue(counts, _softmax(logits.double(), 0.7)) > P_MIN
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,n,dtype", [(300, 1000, torch.float32), (8, 300_000, torch.bfloat16),
+                                          (1, 1 << 21, torch.float32)])
+def test_gpu_race_from_logits_equals_the_keys_and_torch_topk(rows, n, dtype):
+    """The warp top-k from logits (whose float bound skips most float64 logs) keeps
+    exactly the first k of the keys that every-key-and-torch.topk ranks, and one draw with
+    replacement from many logits is the first of them."""
+    g = torch.Generator().manual_seed(n + 1)
+    x = (torch.randn(rows, n, generator=g) * 4).to(dtype).cuda()
+    x[:, 3::11] = float("-inf")
+    reference = torch_wrs.sample_logits(x, 65, temperature=0.6, replacement=False,
+                                        generator=torch.Generator("cuda").manual_seed(7))
+    for k in (2, 8, 33, 64):
+        ours = torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False,
+                                       generator=torch.Generator("cuda").manual_seed(7))
+        assert torch.equal(ours, reference[:, :k]), k
+    if rows * n >= 1 << 21:
+        one = torch_wrs.sample_logits(x, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
+        assert torch.equal(one, reference[:, :1])
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,n,k,replacement", [(1, 128_256, 1, True), (64, 32_000, 2, True), (8, 50_000, 5, False),
+                                                 (64, 40_000, 1, True)])
 def test_gpu_graph_capture_and_replay(rows, n, k, replacement):
     x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
     x[:, ::2] = float("-inf")

@@ -61,7 +61,9 @@ def sample_logits(
 
     With replacement the law is the alias tables' quantized law of the softmax (weights
     ``exp(x / T - max)`` in float64, as ``multinomial``); without replacement the
-    ``num_samples`` largest Gumbel keys ``x / T - log E``. ``-inf`` logits are never drawn;
+    ``num_samples`` largest Gumbel keys ``x / T - log E``, which on CUDA also serve one draw
+    per row from ``rows * V >= 2**21`` logits (the same law for one draw, within ``2**-49``
+    in total variation: one read of the logits). ``-inf`` logits are never drawn;
     NaN or ``+inf`` logits and rows of only ``-inf`` raise ``RuntimeError`` (on CUDA with
     one 4-byte read back, skipped under CUDA-graph capture, as for ``multinomial``).
     """

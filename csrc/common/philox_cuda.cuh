@@ -31,12 +31,19 @@ __device__ inline PhiloxSeed philox_seed(const at::PhiloxCudaState& state) {
   return PhiloxSeed{std::get<0>(seeds), std::get<1>(seeds)};
 }
 
+// Philox4x32-10 block `block` of subsequence `subsequence` under `seed`: cuRAND's counter
+// layout (curand_init(seed, subsequence, 4 * block) then curand4 give the same words).
+__device__ inline uint4 philox_block_at(uint64_t seed, uint64_t block, uint64_t subsequence) {
+  return curand_Philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                                         static_cast<uint32_t>(subsequence), static_cast<uint32_t>(subsequence >> 32)),
+                              make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
+}
+
 // The four 32-bit draws of Philox block `subsequence` of the call's stream (CUDA side of
-// philox_block in philox.h, with the same counter layout).
+// philox_block in philox.h, with the same counter layout). One Philox evaluation: curand4
+// on a fresh state would also compute the block after it, for the state it leaves.
 __device__ inline uint4 philox_block_cuda(const PhiloxSeed& s, uint64_t subsequence) {
-  curandStatePhilox4_32_10_t rng;
-  curand_init(s.seed, subsequence, s.offset, &rng);
-  return curand4(&rng);
+  return philox_block_at(s.seed, s.offset / 4, subsequence);
 }
 
 // CUDA side of PhiloxStreams (philox.h): the same draws, from cuRAND.

@@ -32,12 +32,12 @@ constexpr int kWarp = 32;
 
 // Philox blocks of one pair's subsequence, in order (counter layout of curand_init).
 struct SubsequenceBits {
-  uint2 key;
+  uint64_t seed;
   uint64_t block;  // offset / 4 + blocks consumed
   uint64_t subsequence;
-  __device__ void start(const PhiloxSeed& seed, uint64_t pair) {
-    key = make_uint2(static_cast<uint32_t>(seed.seed), static_cast<uint32_t>(seed.seed >> 32));
-    block = seed.offset / 4;
+  __device__ void start(const PhiloxSeed& s, uint64_t pair) {
+    seed = s.seed;
+    block = s.offset / 4;
     subsequence = pair;
   }
   // The next `blocks` Philox blocks into words (a candidate's: kBlocksPerCandidate).
@@ -45,10 +45,7 @@ struct SubsequenceBits {
   __device__ void next(CandidateWords<acc_t>& words) {
 #pragma unroll
     for (int b = 0; b < blocks; ++b, ++block) {
-      const uint4 r = curand_Philox4x32_10(
-          make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
-                     static_cast<uint32_t>(subsequence), static_cast<uint32_t>(subsequence >> 32)),
-          key);
+      const uint4 r = philox_block_at(seed, block, subsequence);
       words.w[4 * b] = r.x;
       words.w[4 * b + 1] = r.y;
       words.w[4 * b + 2] = r.z;

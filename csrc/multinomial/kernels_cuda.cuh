@@ -55,8 +55,7 @@ void flag_rows(const DrawCall& call);
 // their stretch; a block serves several short rows, or a chunk of a long row whose
 // chunks are then merged.
 constexpr int64_t kMaxTopK = 64;
-int64_t topk_chunks(int64_t rows, int64_t n);
-void draw_topk(const DrawCall& call, int64_t chunks);
+void draw_topk(const DrawCall& call);
 // Every item's race key (float64, [rows, n]) for torch.topk beyond kMaxTopK; value flags
 // only (the caller finds zero-sum rows and rows with too few nonzero items from the top k).
 void race_keys(const DrawCall& call, double* keys);

@@ -17,7 +17,10 @@
 // with relative error below 2^-50 at every point of a 2^-64 grid, and a key then carries
 // at most 2^-49 relative error. An exact race's two deciding keys are that close with
 // probability at most 2^-49 per draw (P(T2 < (1 + x) T1) <= x for the two smallest
-// E_i / w_i), so every draw's law is within 2^-49 relative of the exact one.
+// E_i / w_i), so every draw's law is within 2^-49 relative of the exact one, and within
+// 2^-49 in total variation (the quantized law's bound is 2^-33: 2^-33 / N for each of N
+// items). One draw is the same law either way, so on CUDA one draw per row from many
+// logits takes the race (multinomial_cuda.cu's table).
 #include "alias/alias.h"
 #include "common/checks.h"
 #include "common/macros.h"

@@ -19,6 +19,8 @@ namespace {
 // | ---------------- | -------------------------------------- | ------------------- | ------------------------------------------------ |
 // | yes, or k = 1    | n <= 256 and k <= 64;                  | warp rows           | one read; 8-32 lanes per row share the per-row   |
 // |                  | n <= 1,024 and k <= 4                  |                     | reductions, scale and Philox                     |
+// | k = 1, logits    | rows x n >= 2^21                       | warp top-k (race)   | one read and a float bound per item, where the   |
+// |                  |                                        |                     | inverse CDF takes a float64 exp per item twice   |
 // | yes, or k = 1    | any n; k <= 128, or k <= 1,024 where   | inverse CDF         | about two reads, no table; few rows are cut into |
 // |                  | the row is cut into chunks             |                     | chunks over many blocks (the LLM decode case)    |
 // | yes              | more draws                             | alias tables        | the O(n) build pays for itself over many draws   |
@@ -27,12 +29,19 @@ namespace {
 // | no               | k > 64                                 | keys + torch.topk   | one key pass, then torch's radix select          |
 //
 // One draw without replacement is one draw with it, so k = 1 takes the with-replacement
-// rows. Thresholds are measured (docs/benchmarks.md, the sweep).
+// rows, and one draw from logits may take the race (laws.h: its law is within 2^-49 of
+// the exact one in total variation, the quantized law's within 2^-33). For probabilities
+// the race costs more than the inverse CDF at every measured shape (its Philox block and
+// float bound per item against two cheap reads). Thresholds are measured
+// (docs/benchmarks.md, the sweep; scripts/profile_cases.py race).
 enum class Method { kWarpRows, kInverseCdf, kAliasTables, kTopK, kKeysTopK };
+
+constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
 
 Method choose(const Request& r) {
   if (r.replacement || r.k == 1) {
     if (warp_rows_serve(r.n, r.k, r.x.scalar_type() == at::kDouble)) return Method::kWarpRows;
+    if (r.k == 1 && r.logits && r.rows * r.n >= kLogitRaceFromItems) return Method::kTopK;
     const int64_t chunks = inverse_cdf_chunks(r.rows, r.n);
     const bool fits = r.k <= (chunks == 1 ? kMaxRowSamples : kMaxChunkSamples);
     return fits ? Method::kInverseCdf : Method::kAliasTables;
@@ -47,14 +56,15 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor status = zeroed_status_word(r.x.options(), stream);
   const Method method = choose(r);
-  // Every kernel takes one Philox block (4 draws) per subsequence.
+  // Race keys take two Philox blocks (8 draws) per subsequence, the others one.
+  const bool race = method == Method::kTopK || method == Method::kKeysTopK;
   DrawCall call{r.x,
                 r.rows,
                 r.n,
                 r.k,
                 r.logits,
                 r.inv_temperature,
-                cuda_philox_state(generator, r.x.device().index(), 4),
+                cuda_philox_state(generator, r.x.device().index(), race ? 8 : 4),
                 out.mutable_data_ptr<int64_t>(),
                 status_bits(status),
                 stream};
@@ -70,7 +80,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
       out = sample_alias_tables(r, generator);
       break;
     case Method::kTopK:
-      draw_topk(call, topk_chunks(r.rows, r.n));
+      draw_topk(call);
       break;
     case Method::kKeysTopK: {
       at::Tensor keys = at::empty({r.rows, r.n}, r.x.options().dtype(at::kDouble));

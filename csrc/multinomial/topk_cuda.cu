@@ -6,13 +6,17 @@
 // them holds (SharedFloor), below which none admits; the warps of a row or chunk then
 // merge. A trip that admits several keys merges them as a batch (a bitonic sort and
 // merge) rather than one at a time. A long row's chunks leave their top k in scratch and
-// a second kernel merges them, one block per row. For probability weights, items whose
-// key a float bound puts below what they must beat skip the float64 log
-// (key_surely_below): the lists, and so the draws, are exactly those of computing every
-// key.
+// a second kernel merges them, one block per row.
 //
-// Item pair p of row r takes Philox block r * pairs + p (64 bits per item), so the keys
-// do not depend on how the row is split.
+// The stream is the hot loop, so it does the least per item: each lane takes 8 items a
+// trip, a float bound on each key (from the high 32 bits of its E) rules out the items
+// that could not be admitted, and only the rest draw their low 32 bits and take the
+// float64 log (surely_below); a trip where no lane has a candidate offers nothing. The
+// lists, and so the draws, are exactly those of computing every key.
+//
+// Item quad q (items 4q .. 4q + 3) of row r takes Philox subsequence r * quads + q: its
+// first block holds the four items' high words, its second their low words. The keys do
+// not depend on how the row is split.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
 #include "multinomial/kernels_cuda.cuh"
@@ -29,7 +33,11 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarp;
-constexpr int64_t kPairsPerWarp = 1024;  // about 2,048 items per warp of a row or chunk
+constexpr int kQuadsPerLane = 2;  // a lane's quads (4 items each) per trip
+constexpr int kTripItems = kWarp * 4 * kQuadsPerLane;
+template <int SLOTS>
+constexpr int kSlotsTotal = kWarp * SLOTS;  // a warp list's length
+constexpr int64_t kItemsPerWarp = 2048;  // about this many items per warp of a row or chunk
 constexpr int kBatchFrom = 4;  // admitted keys in one trip from which one batch merge is cheaper
 
 // A warp's best (key, index) so far: rank r = s * 32 + lane is held in slot s of lane `lane`.
@@ -203,18 +211,44 @@ struct SharedFloor {
   __device__ void raise(double kth) const { atomicMax(bits, ordered_bits(kth)); }
 };
 
-// For probability weights: can item weight v, with E drawn from (lo, hi) as exponential()
-// does, have a key v / E above t > 0? A float bound, so that most items skip the float64
-// log: E >= -log((hi + 1) 2^-32), computed in float (__logf: 2^-21.41 absolute near 1, 3
+// A lower bound of E, in float, from the high word of its 64 bits as exponential() takes
+// them: E >= -log((hi + 1) 2^-32), computed in float (__logf: 2^-21.41 absolute near 1, 3
 // ulp elsewhere; the float conversions 2^-24 relative) and shrunk by 2^-12 relative and
-// 2^-20 absolute, well past those errors. Returns true only where the exact key is below t.
-__device__ inline bool key_surely_below(double v, uint32_t hi, double t) {
+// 2^-20 absolute, well past those errors.
+__device__ inline float e_below(uint32_t hi) {
+  const float u_above = (static_cast<float>(hi) + 1.0f) * 0x1.0p-32f;  // >= u, in (0, 1]
+  return fmaxf(-__logf(u_above) * (1.0f - 0x1.0p-12f) - 0x1.0p-20f, 0.0f);
+}
+
+// Is the key of item value v, with E drawn from high word `hi`, surely below t (what it
+// must beat)? A float bound, so that most items skip the low word and the float64 log;
+// true only where the exact key is below t.
+// Probabilities, key v / E: below t > 0 when v < t e_below, with the product shrunk by
+// 2^-12 relative past its float errors.
+__device__ inline bool surely_below(const ProbWeights&, double v, uint32_t hi, double t) {
   const float vf = static_cast<float>(v), tf = static_cast<float>(t);
   if (!(vf >= FLT_MIN && tf >= FLT_MIN && tf <= 1e30f)) return false;  // normal floats only
-  const float u_above = (static_cast<float>(hi) + 1.0f) * 0x1.0p-32f;   // >= u, in (0, 1]
-  const float e_below = fmaxf(-__logf(u_above) * (1.0f - 0x1.0p-12f) - 0x1.0p-20f, 0.0f);
-  return vf < tf * e_below * (1.0f - 0x1.0p-12f);
+  return vf < tf * e_below(hi) * (1.0f - 0x1.0p-12f);
 }
+// Logits, key v / T - log E: below t when v / T - log(e_below) is, past a margin of 2^-16
+// relative to the terms plus 2^-16 absolute. The float errors it covers: v / T and t
+// rounded to float (2^-22.4 and 2^-24 relative), __logf (2^-21.4 absolute or relative),
+// the sum (2^-24 relative).
+__device__ inline bool surely_below(const LogitWeights& w, double v, uint32_t hi, double t) {
+  const float vt = static_cast<float>(v) * static_cast<float>(w.inv_temperature);
+  const float tf = static_cast<float>(t);
+  const float e = e_below(hi);
+  if (!(fabsf(vt) <= 1e30f && fabsf(tf) <= 1e30f && e >= FLT_MIN)) return false;
+  const float minus_log_e = -__logf(e);  // >= -log E
+  const float margin = (fabsf(vt) + fabsf(minus_log_e) + fabsf(tf)) * 0x1.0p-16f + 0x1.0p-16f;
+  return vt + minus_log_e + margin < tf;
+}
+
+// A trip's candidates per warp: keys and their items' offsets from the trip's first item.
+struct TripStage {
+  double key[kWarpsPerBlock][kTripItems];
+  int16_t item[kWarpsPerBlock][kTripItems];
+};
 
 struct ChunkStats {
   unsigned long long nonzero;
@@ -255,16 +289,54 @@ __device__ void merge_warps(WarpTop<SLOTS>& top, int first, int count, int k, in
   }
 }
 
+// Draws the keys of a lane's quad q (items 4q .. 4q + 3 of row xr, Philox subsequence
+// `sub`): kNone past the row's end, and for items that surely_below rules out against
+// `beat` (which the keys only ever have to beat more), the kNone that is never admitted.
+template <typename scalar_t, typename Weights>
+__device__ void quad_keys(const scalar_t* xr, int64_t n, int64_t q, uint64_t sub, const Weights& wts,
+                          const PhiloxSeed& seed, double beat, double (&key)[4], uint32_t& flags,
+                          unsigned long long& nonzero) {
+  const uint4 high = philox_block_cuda(seed, sub);
+  const uint32_t hi[4] = {high.x, high.y, high.z, high.w};
+  double v[4];
+  bool full[4];
+  bool any_full = false;
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    key[h] = Weights::kNone;
+    full[h] = false;
+    if (4 * q + h >= n) continue;
+    v[h] = static_cast<double>(xr[4 * q + h]);
+    flags |= Weights::kLogits ? LogitWeights::flags(v[h]) : weight_flags(v[h]);
+    const bool nz = Weights::nonzero(v[h]);
+    nonzero += nz;
+    if (!nz) {
+      key[h] = wts.key(v[h], 1.0);  // a zero weight's key does not depend on E
+    } else if (!surely_below(wts, v[h], hi[h], beat)) {
+      full[h] = true;
+      any_full = true;
+    }
+  }
+  if (!any_full) return;
+  const uint4 low = philox_block_cuda(PhiloxSeed{seed.seed, seed.offset + 4}, sub);
+  const uint32_t lo[4] = {low.x, low.y, low.z, low.w};
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    if (full[h]) key[h] = wts.key(v[h], exponential(lo[h], hi[h]));
+  }
+}
+
 // A block serves kWarpsPerBlock / warps_per_row rows (chunks == 1), or chunk
 // blockIdx.x % chunks of row blockIdx.x / chunks with all its warps. The rows' (or
 // chunks') top k go to `out` (chunks == 1) or to the candidate lists, with their stats.
 template <typename scalar_t, typename Weights, int SLOTS>
 __global__ void __launch_bounds__(kThreads)
     topk_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, int warps_per_row, int64_t chunks,
-                int64_t chunk_pairs, Weights wts, at::PhiloxCudaState philox, int64_t* out, double* cand_key,
+                int64_t chunk_quads, Weights wts, at::PhiloxCudaState philox, int64_t* out, double* cand_key,
                 int64_t* cand_index, ChunkStats* stats, unsigned long long* row_floor_bits, uint32_t* status) {
   __shared__ Lists<SLOTS> lists;
   __shared__ unsigned long long floor_bits[kWarpsPerBlock];  // per row (or chunk) of the block
+  __shared__ TripStage stage;
   const int warp = threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   const int local_row = warp / warps_per_row;
@@ -282,50 +354,76 @@ __global__ void __launch_bounds__(kThreads)
   unsigned long long nonzero = 0;
   if (row < rows) {
     const scalar_t* xr = x + row * n;
-    const int64_t pairs = (n + 1) / 2;
-    const int64_t c_begin = chunk * chunk_pairs;
-    const int64_t c_end = min(pairs, c_begin + chunk_pairs);
+    const int64_t quads = (n + 3) / 4;
+    const int64_t c_begin = chunk * chunk_quads;
+    const int64_t c_end = min(quads, c_begin + chunk_quads);
     const int64_t per_warp = (c_end - c_begin + warps_per_row - 1) / warps_per_row;
-    const int64_t p_begin = c_begin + part * per_warp;
-    const int64_t p_end = min(c_end, p_begin + per_warp);
+    const int64_t q_begin = c_begin + part * per_warp;
+    const int64_t q_end = min(c_end, q_begin + per_warp);
     const PhiloxSeed seed = philox_seed(philox);
-    for (int64_t base = p_begin; base < p_end; base += kWarp) {
-      const int64_t p = base + lane;
+    double kth = Weights::kNone;  // this warp's k-th key (the same in every lane)
+    for (int64_t base = q_begin; base < q_end; base += kWarp * kQuadsPerLane) {
       // What a key must beat to be admitted: this warp's k-th or the shared floor (read by
       // one lane: the same in every lane, as offer() needs).
       double shared = 0.0;
       if (lane == 0) shared = row_floor.bits == nullptr ? floor.read() : fmax(floor.read(), row_floor.read());
       shared = __shfl_sync(kFullMask, shared, 0);
-      const double beat = fmax(top.at_rank(static_cast<int>(k) - 1), shared);
-      double key[2] = {Weights::kNone, Weights::kNone};
-      if (p < p_end) {
-        const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * pairs + p));
-        const uint32_t bits[4] = {r.x, r.y, r.z, r.w};
+      const double beat = fmax(kth, shared);
+      double key[kQuadsPerLane][4];
+      bool candidate = false;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (2 * p + h >= n) break;
-          const double v = static_cast<double>(xr[2 * p + h]);
-          flags |= Weights::kLogits ? LogitWeights::flags(v) : weight_flags(v);
-          nonzero += Weights::nonzero(v);
-          // Keys that could not be admitted need no float64 log (the same lists result).
-          if (!Weights::kLogits && beat > 0 && key_surely_below(v, bits[2 * h + 1], beat)) continue;
-          key[h] = wts.key(v, exponential(bits[2 * h], bits[2 * h + 1]));
+      for (int j = 0; j < kQuadsPerLane; ++j) {
+        const int64_t q = base + j * kWarp + lane;
+#pragma unroll
+        for (int h = 0; h < 4; ++h) key[j][h] = Weights::kNone;
+        if (q < q_end) {
+          quad_keys(xr, n, q, static_cast<uint64_t>(row * quads + q), wts, seed, beat, key[j], flags, nonzero);
+        }
+#pragma unroll
+        for (int h = 0; h < 4; ++h) candidate |= key[j][h] > beat;
+      }
+      if (!__any_sync(kFullMask, candidate)) continue;
+      // The trip's candidates (keys above `beat`), packed in lane order into the warp's
+      // shared stage, are offered 32 * SLOTS at a time: usually one offer_all per trip.
+      int mine = 0;
+#pragma unroll
+      for (int j = 0; j < kQuadsPerLane; ++j) {
+#pragma unroll
+        for (int h = 0; h < 4; ++h) mine += key[j][h] > beat;
+      }
+      int at = mine;  // inclusive prefix sum over the lanes
+#pragma unroll
+      for (int offset = 1; offset < kWarp; offset *= 2) {
+        const int below = __shfl_up_sync(kFullMask, at, offset);
+        if (lane >= offset) at += below;
+      }
+      const int total = __shfl_sync(kFullMask, at, kWarp - 1);
+      at -= mine;
+#pragma unroll
+      for (int j = 0; j < kQuadsPerLane; ++j) {
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          if (key[j][h] > beat) {
+            stage.key[warp][at] = key[j][h];
+            stage.item[warp][at] = 4 * (j * kWarp + lane) + h;  // from the trip's first item
+            ++at;
+          }
         }
       }
-      if (base == p_begin) {  // the first trip fills the empty list in one sort
-        if constexpr (SLOTS == 2) {
-          top.fill_sorted(key, {2 * p, 2 * p + 1}, Weights::kNone, lane);
-        } else {
-          top.fill_sorted({key[0]}, {2 * p}, Weights::kNone, lane);
-          top.offer(key[1], 2 * p + 1, static_cast<int>(k), lane, shared);
+      __syncwarp();
+      for (int first = 0; first < total; first += kSlotsTotal<SLOTS>) {
+        double cand[SLOTS];
+        int64_t index[SLOTS];
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+          const int c = first + s * kWarp + lane;
+          cand[s] = c < total ? stage.key[warp][c] : Weights::kNone;
+          index[s] = c < total ? 4 * base + stage.item[warp][c] : 0;
         }
-      } else if constexpr (SLOTS == 2) {
-        top.offer_all(key, {2 * p, 2 * p + 1}, static_cast<int>(k), lane, Weights::kNone, shared);
-      } else {
-        top.offer_all({key[0]}, {2 * p}, static_cast<int>(k), lane, Weights::kNone, shared);
-        top.offer_all({key[1]}, {2 * p + 1}, static_cast<int>(k), lane, Weights::kNone, shared);
+        top.offer_all(cand, index, static_cast<int>(k), lane, Weights::kNone, shared);
       }
-      const double kth = top.at_rank(static_cast<int>(k) - 1);
+      __syncwarp();
+      kth = top.at_rank(static_cast<int>(k) - 1);
       if (lane == 0 && kth > shared && kth > Weights::kNone) {
         floor.raise(kth);
         if (row_floor.bits != nullptr) row_floor.raise(kth);
@@ -423,46 +521,62 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Race keys of every item, pair p of row r from Philox block r * pairs + p, as above.
+// Race keys of every item, quad q of row r from Philox subsequence r * quads + q, as above.
 template <typename scalar_t, typename Weights>
 __global__ void race_keys_kernel(const scalar_t* x, int64_t rows, int64_t n, Weights wts,
                                  at::PhiloxCudaState philox, double* keys, uint32_t* status) {
   const PhiloxSeed seed = philox_seed(philox);
-  const int64_t pairs = (n + 1) / 2;
+  const int64_t quads = (n + 3) / 4;
   uint32_t flags = 0;
-  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < rows * pairs;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < rows * quads;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = t / pairs;
-    const int64_t p = t - row * pairs;
-    const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(t));
-    const uint32_t bits[4] = {r.x, r.y, r.z, r.w};
+    const int64_t row = t / quads;
+    const int64_t q = t - row * quads;
+    double key[4];
+    unsigned long long nonzero = 0;  // unused: the caller finds rows with too few from the top k
+    quad_keys(x + row * n, n, q, static_cast<uint64_t>(t), wts, seed, Weights::kNone, key, flags, nonzero);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (2 * p + h >= n) break;
-      const double v = static_cast<double>(x[row * n + 2 * p + h]);
-      flags |= Weights::kLogits ? LogitWeights::flags(v) : weight_flags(v);
-      keys[row * n + 2 * p + h] = wts.key(v, exponential(bits[2 * h], bits[2 * h + 1]));
+    for (int h = 0; h < 4; ++h) {
+      if (4 * q + h < n) keys[row * n + 4 * q + h] = key[h];
     }
   }
   flags = __reduce_or_sync(kFullMask, flags);
   if (threadIdx.x % kWarp == 0 && flags) atomicOr(status, flags);
 }
 
-// Warps per row for short rows: about 2,048 items or more each, at most 8.
-int warps_per_row(int64_t n) {
+// How a call's rows are spread: `warps` per row (a block serves 8 / warps rows), or 8
+// warps over each of `chunks` chunks of a row. About one wave of the blocks the GPU holds
+// at once, each warp streaming as long a stretch as that leaves (at least kItemsPerWarp
+// items): a stretch of m items admits about k (1 + ln(m / k)) keys, so longer stretches
+// admit a smaller share, and fewer chunks leave fewer lists to merge.
+struct Split {
+  int warps;
+  int64_t chunks;
+};
+
+Split split(int64_t rows, int64_t n, int64_t resident_blocks) {
+  const int64_t resident_warps = resident_blocks * kWarpsPerBlock;
   int warps = 1;
-  while (warps < kWarpsPerBlock && n > 2 * kPairsPerWarp * warps) warps *= 2;
-  return warps;
+  while (warps < kWarpsPerBlock && rows * warps < resident_warps && n > kItemsPerWarp * warps) warps *= 2;
+  if (warps < kWarpsPerBlock) return {warps, 1};
+  const int64_t most = std::max<int64_t>(1, n / (kItemsPerWarp * kWarpsPerBlock));
+  return {warps, std::max<int64_t>(1, std::min(resident_blocks / rows, most))};
 }
 
 template <typename scalar_t, typename Weights, int SLOTS>
-void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
+void launch(const DrawCall& call, const Weights& wts) {
+  static const int64_t resident_blocks = [] {
+    int per_sm = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, topk_kernel<scalar_t, Weights, SLOTS>,
+                                                                 kThreads, 0));
+    return static_cast<int64_t>(std::max(per_sm, 1)) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  }();
+  const auto [warps, chunks] = split(call.rows, call.n, resident_blocks);
   const scalar_t* x = call.x.const_data_ptr<scalar_t>();
-  const int64_t pairs = (call.n + 1) / 2;
+  const int64_t quads = (call.n + 3) / 4;
   if (chunks == 1) {
-    const int warps = warps_per_row(call.n);
     topk_kernel<scalar_t, Weights, SLOTS><<<ceil_div(call.rows, kWarpsPerBlock / warps), kThreads, 0, call.stream>>>(
-        x, call.rows, call.n, call.k, warps, 1, pairs, wts, call.philox, call.out, nullptr, nullptr, nullptr, nullptr,
+        x, call.rows, call.n, call.k, warps, 1, quads, wts, call.philox, call.out, nullptr, nullptr, nullptr, nullptr,
         call.status);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
@@ -474,7 +588,7 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
           keep, call.x.options(), {blocks * call.k, blocks * call.k, blocks, call.rows});
   C10_CUDA_CHECK(cudaMemsetAsync(row_floor_bits, 0, call.rows * sizeof(unsigned long long), call.stream));
   topk_kernel<scalar_t, Weights, SLOTS><<<blocks, kThreads, 0, call.stream>>>(
-      x, call.rows, call.n, call.k, kWarpsPerBlock, chunks, ceil_div(pairs, chunks), wts, call.philox, call.out,
+      x, call.rows, call.n, call.k, kWarpsPerBlock, chunks, ceil_div(quads, chunks), wts, call.philox, call.out,
       cand_key, cand_index, stats, row_floor_bits, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   merge_chunks_kernel<Weights, SLOTS><<<call.rows, kThreads, 0, call.stream>>>(
@@ -483,35 +597,25 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
 }
 
 template <typename scalar_t, typename Weights>
-void launch_for_k(const DrawCall& call, const Weights& wts, int64_t chunks) {
+void launch_for_k(const DrawCall& call, const Weights& wts) {
   if (call.k <= kWarp) {
-    launch<scalar_t, Weights, 1>(call, wts, chunks);
+    launch<scalar_t, Weights, 1>(call, wts);
   } else {
-    launch<scalar_t, Weights, 2>(call, wts, chunks);
+    launch<scalar_t, Weights, 2>(call, wts);
   }
 }
 
 }  // namespace
 
-// Chunks per row: one while the rows alone give every SM about 8 warps, else enough
-// chunks (8 warps each, about 2,048 items a warp) to do so.
-int64_t topk_chunks(int64_t rows, int64_t n) {
-  static const int64_t fill = 8 * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;  // blocks
-  const int64_t row_blocks = ceil_div(rows * warps_per_row(n), kWarpsPerBlock);
-  if (row_blocks >= fill || n <= 2 * kPairsPerWarp * kWarpsPerBlock) return 1;
-  const int64_t most = ceil_div(n, 2 * kPairsPerWarp * kWarpsPerBlock);
-  return std::max<int64_t>(1, std::min(ceil_div(fill, rows), most));
-}
-
-void draw_topk(const DrawCall& call, int64_t chunks) {
+void draw_topk(const DrawCall& call) {
   TORCH_INTERNAL_ASSERT(call.k <= kMaxTopK);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "topk_cuda", [&] {
-    with_weights(call, [&](const auto& wts) { launch_for_k<scalar_t>(call, wts, chunks); });
+    with_weights(call, [&](const auto& wts) { launch_for_k<scalar_t>(call, wts); });
   });
 }
 
 void race_keys(const DrawCall& call, double* keys) {
-  const int blocks = grid_for(call.rows * ((call.n + 1) / 2), kThreads);
+  const int blocks = grid_for(call.rows * ((call.n + 3) / 4), kThreads);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "race_keys_cuda", [&] {
     const scalar_t* x = call.x.const_data_ptr<scalar_t>();
     with_weights(call, [&](const auto& wts) {
