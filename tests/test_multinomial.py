@@ -160,7 +160,8 @@ def test_gpu_one_pass_law_1e8():
 @requires_cuda
 @pytest.mark.parametrize("shape,k,replacement", [((8, 10), 2, True), ((4, 128_256), 1, True), ((2, 50_000), 8, False),
                                                  ((3000, 300), 50, False), ((16, 5000), 100, True),
-                                                 ((4, 1000), 300, True), ((5, 400), 80, False)])
+                                                 ((4, 1000), 300, True), ((5, 400), 80, False),
+                                                 ((5000, 20), 4, False)])
 def test_gpu_graph_capture_and_replay(shape, k, replacement):
     """Every CUDA method captures (no host read while capturing) and replays with fresh draws."""
     w = torch.rand(shape, device="cuda") ** 2
@@ -337,9 +338,10 @@ def _second_draw_law(p):
 
 
 @requires_cuda
-@pytest.mark.parametrize("n,k", [(1000, 8), (6000, 32), (30_000, 5)])
+@pytest.mark.parametrize("n,k", [(18, 8), (30, 2), (1000, 8), (6000, 32), (30_000, 5)])
 def test_gpu_without_replacement_first_two_draws(n, k):
-    """The fused top-k kernel (1, 4 and 8 warps per row): over 1e6 identical rows the
+    """The fused top-k kernels (a thread per row of up to 32 items; 1, 4 and 8 warps per
+    row): over 1e6 identical rows the
     first draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i); no row repeats
     an index. Weights are skewed so that the top categories carry the test's power."""
     g = torch.Generator().manual_seed(40 + n)
@@ -358,7 +360,7 @@ def test_gpu_without_replacement_first_two_draws(n, k):
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n", [(4096, 5000), (3, 200_000)])
+@pytest.mark.parametrize("rows,n", [(4096, 5000), (3, 200_000), (100_000, 20)])
 def test_gpu_without_replacement_errors_per_row(rows, n):
     w = torch.rand(rows, n, device="cuda")
     r = rows // 2

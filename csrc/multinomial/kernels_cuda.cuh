@@ -56,6 +56,11 @@ void flag_rows(const DrawCall& call);
 // chunks are then merged.
 constexpr int64_t kMaxTopK = 64;
 void draw_topk(const DrawCall& call);
+// Short rows, few draws: a thread per row, the same keys and draws as draw_topk.
+constexpr int64_t kMaxThreadRow = 32;
+constexpr int kMaxThreadRowSamples = 8;
+bool thread_rows_serve(int64_t n, int64_t k);
+void draw_thread_topk(const DrawCall& call);
 // Every item's race key (float64, [rows, n]) for torch.topk beyond kMaxTopK; value flags
 // only (the caller finds zero-sum rows and rows with too few nonzero items from the top k).
 void race_keys(const DrawCall& call, double* keys);

@@ -24,6 +24,8 @@ namespace {
 // | yes, or k = 1    | any n; k <= 128, or k <= 1,024 where   | inverse CDF         | about two reads, no table; few rows are cut into |
 // |                  | the row is cut into chunks             |                     | chunks over many blocks (the LLM decode case)    |
 // | yes              | more draws                             | alias tables        | the O(n) build pays for itself over many draws   |
+// | no               | n <= 32 and k <= 8                     | thread top-k        | a row's keys fit one thread; a warp per row      |
+// |                  |                                        |                     | would idle most lanes and sort 32-key lists      |
 // | no               | k <= 64                                | warp top-k          | one read of race keys; few long rows in chunks,  |
 // |                  |                                        |                     | merged by a second kernel                        |
 // | no               | k > 64                                 | keys + torch.topk   | one key pass, then torch's radix select          |
@@ -34,7 +36,7 @@ namespace {
 // the race costs more than the inverse CDF at every measured shape (its Philox block and
 // float bound per item against two cheap reads). Thresholds are measured
 // (docs/benchmarks.md, the sweep; scripts/profile_cases.py race).
-enum class Method { kWarpRows, kInverseCdf, kAliasTables, kTopK, kKeysTopK };
+enum class Method { kWarpRows, kInverseCdf, kAliasTables, kThreadTopK, kTopK, kKeysTopK };
 
 constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
 
@@ -46,6 +48,7 @@ Method choose(const Request& r) {
     const bool fits = r.k <= (chunks == 1 ? kMaxRowSamples : kMaxChunkSamples);
     return fits ? Method::kInverseCdf : Method::kAliasTables;
   }
+  if (thread_rows_serve(r.n, r.k)) return Method::kThreadTopK;
   return r.k <= kMaxTopK ? Method::kTopK : Method::kKeysTopK;
 }
 
@@ -57,7 +60,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
   const at::Tensor status = zeroed_status_word(r.x.options(), stream);
   const Method method = choose(r);
   // Race keys take two Philox blocks (8 draws) per subsequence, the others one.
-  const bool race = method == Method::kTopK || method == Method::kKeysTopK;
+  const bool race = method == Method::kThreadTopK || method == Method::kTopK || method == Method::kKeysTopK;
   DrawCall call{r.x,
                 r.rows,
                 r.n,
@@ -78,6 +81,9 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
     case Method::kAliasTables:
       flag_rows(call);
       out = sample_alias_tables(r, generator);
+      break;
+    case Method::kThreadTopK:
+      draw_thread_topk(call);
       break;
     case Method::kTopK:
       draw_topk(call);
