@@ -298,6 +298,20 @@ def test_gpu_warp_topk_equals_the_keys_and_torch_topk(rows, n, dtype):
 
 
 @requires_cuda
+def test_gpu_many_draws_without_replacement_float_key_ties_fall_back():
+    """k > 64: torch.topk ranks the keys rounded to float, and k + 64 candidates are
+    reordered by float64 key. Keys below float's range all round to 0 and tie past the
+    candidates; then the float64 keys of every item decide, so the draws are those of the
+    same weights scaled into range, with the same seed."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.rand(4, 3000, generator=g, dtype=torch.float64) + 0.01
+    tiny = torch_wrs.multinomial((w * 1e-300).cuda(), 200, False, generator=torch.Generator("cuda").manual_seed(4))
+    scaled = torch_wrs.multinomial(w.cuda(), 200, False, generator=torch.Generator("cuda").manual_seed(4))
+    assert torch.equal(tiny, scaled)
+    assert (tiny.sort(-1).values.diff(dim=-1) != 0).all()
+
+
+@requires_cuda
 def test_gpu_many_samples_without_replacement_errors_and_law():
     """k > 64 without replacement: race keys and torch.topk; the errors still come."""
     w = torch.rand(3, 500, device="cuda")

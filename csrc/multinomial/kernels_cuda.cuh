@@ -61,8 +61,16 @@ constexpr int64_t kMaxThreadRow = 32;
 constexpr int kMaxThreadRowSamples = 8;
 bool thread_rows_serve(int64_t n, int64_t k);
 void draw_thread_topk(const DrawCall& call);
-// Every item's race key (float64, [rows, n]) for torch.topk beyond kMaxTopK; value flags
-// only (the caller finds zero-sum rows and rows with too few nonzero items from the top k).
-void race_keys(const DrawCall& call, double* keys);
+// Beyond kMaxTopK, torch.topk ranks every item's race key ([rows, n]; value flags only):
+// float64 keys, or first their float roundings (half the bytes to rank), taking
+// kTieSlack more than k, whose float64 keys rank_candidates then orders. It flags
+// kFloatKeyTies where ties of float keys could reach past the candidates (then the float64
+// keys decide), and zero-sum rows and rows with too few nonzero weights.
+constexpr int64_t kTieSlack = 64;
+constexpr uint32_t kFloatKeyTies = 1u << 9;
+template <typename key_t>
+void race_keys(const DrawCall& call, key_t* keys);
+void rank_candidates(const DrawCall& call, int64_t cands, const float* cand_g, int64_t* cand_index,
+                     double* cand_key);
 
 }  // namespace wrs::multinomial

@@ -28,7 +28,9 @@ namespace {
 // |                  |                                        |                     | would idle most lanes and sort 32-key lists      |
 // | no               | k <= 64                                | warp top-k          | one read of race keys; few long rows in chunks,  |
 // |                  |                                        |                     | merged by a second kernel                        |
-// | no               | k > 64                                 | keys + torch.topk   | one key pass, then torch's radix select          |
+// | no               | k > 64                                 | keys + torch.topk   | one key pass, then torch's radix select over the |
+// |                  |                                        |                     | keys rounded to float (half the bytes of float64 |
+// |                  |                                        |                     | keys), k + 64 of them reordered by float64 key   |
 //
 // One draw without replacement is one draw with it, so k = 1 takes the with-replacement
 // rows, and one draw from logits may take the race (laws.h: its law is within 2^-49 of
@@ -52,12 +54,38 @@ Method choose(const Request& r) {
   return r.k <= kMaxTopK ? Method::kTopK : Method::kKeysTopK;
 }
 
+// Beyond kMaxTopK draws without replacement: torch.topk over every item's race key. With
+// float_first, over their float roundings (half the bytes), kTieSlack more than k, which
+// rank_candidates orders by float64 key into `out`; else over the float64 keys.
+at::Tensor rank_keys(const Request& r, const DrawCall& call, const at::Tensor& status, at::Tensor out,
+                     bool float_first) {
+  if (float_first) {
+    at::Tensor g = at::empty({r.rows, r.n}, r.x.options().dtype(at::kFloat));
+    race_keys(call, g.mutable_data_ptr<float>());
+    auto [cand_g, cand_index] = g.topk(r.k + kTieSlack, -1, /*largest=*/true, /*sorted=*/true);
+    at::Tensor cand_key = at::empty_like(cand_g, cand_g.options().dtype(at::kDouble));
+    rank_candidates(call, r.k + kTieSlack, cand_g.const_data_ptr<float>(), cand_index.mutable_data_ptr<int64_t>(),
+                    cand_key.mutable_data_ptr<double>());
+    return out;
+  }
+  at::Tensor keys = at::empty({r.rows, r.n}, r.x.options().dtype(at::kDouble));
+  race_keys(call, keys.mutable_data_ptr<double>());
+  auto [top, index] = keys.topk(r.k, -1, /*largest=*/true, /*sorted=*/true);
+  // Keys at or below a zero weight's: a zero-sum row (first) or too few nonzero (last).
+  const double zero_key = r.logits ? -1.7976931348623157e308 : 0.0;
+  const at::Tensor few = (top.select(-1, 0) <= zero_key).any().to(at::kInt) * static_cast<int>(kRowZeroSum) +
+                         (top.select(-1, r.k - 1) <= zero_key).any().to(at::kInt) * static_cast<int>(kTooFewNonzero);
+  status.bitwise_or_(few);
+  return index.view(r.out_shape);
+}
+
 at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator) {
   at::Tensor out = at::empty(r.out_shape, r.x.options().dtype(at::kLong));
   if (r.rows == 0) return out;
   const c10::cuda::CUDAGuard guard(r.x.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor status = zeroed_status_word(r.x.options(), stream);
+  const bool capturing = stream_is_capturing(stream);
   const Method method = choose(r);
   // Race keys take two Philox blocks (8 draws) per subsequence, the others one.
   const bool race = method == Method::kThreadTopK || method == Method::kTopK || method == Method::kKeysTopK;
@@ -88,21 +116,18 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
     case Method::kTopK:
       draw_topk(call);
       break;
-    case Method::kKeysTopK: {
-      at::Tensor keys = at::empty({r.rows, r.n}, r.x.options().dtype(at::kDouble));
-      race_keys(call, keys.mutable_data_ptr<double>());
-      auto [top, index] = keys.topk(r.k, -1, /*largest=*/true, /*sorted=*/true);
-      // Keys at or below a zero weight's: a zero-sum row (first) or too few nonzero (last).
-      const double zero_key = r.logits ? -1.7976931348623157e308 : 0.0;
-      const at::Tensor few = (top.select(-1, 0) <= zero_key).any().to(at::kInt) * static_cast<int>(kRowZeroSum) +
-                             (top.select(-1, r.k - 1) <= zero_key).any().to(at::kInt) *
-                                 static_cast<int>(kTooFewNonzero);
-      status.bitwise_or_(few);
-      out = index.view(r.out_shape);
+    case Method::kKeysTopK:
+      out = rank_keys(r, call, status, out, /*float_first=*/!capturing && r.k + kTieSlack <= r.n);
       break;
-    }
   }
-  if (!stream_is_capturing(stream)) raise_value_flags(r, read_status_word(status, stream));
+  if (capturing) return out;
+  uint32_t flags = read_status_word(status, stream);
+  if (flags & kFloatKeyTies) {  // float keys tied past the candidates (rare): float64 keys decide
+    C10_CUDA_CHECK(cudaMemsetAsync(status_bits(status), 0, sizeof(uint32_t), stream));
+    out = rank_keys(r, call, status, out, /*float_first=*/false);
+    flags = read_status_word(status, stream);
+  }
+  raise_value_flags(r, flags);
   return out;
 }
 

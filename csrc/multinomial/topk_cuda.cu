@@ -521,10 +521,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Race keys of every item, quad q of row r from Philox subsequence r * quads + q, as above.
-template <typename scalar_t, typename Weights>
+// Race keys of every item, quad q of row r from Philox subsequence r * quads + q, as
+// above: float64, or rounded to float (monotone, so the order of the float keys is that of
+// the float64 ones up to ties).
+template <typename scalar_t, typename Weights, typename key_t>
 __global__ void race_keys_kernel(const scalar_t* x, int64_t rows, int64_t n, Weights wts,
-                                 at::PhiloxCudaState philox, double* keys, uint32_t* status) {
+                                 at::PhiloxCudaState philox, key_t* keys, uint32_t* status) {
   const PhiloxSeed seed = philox_seed(philox);
   const int64_t quads = (n + 3) / 4;
   uint32_t flags = 0;
@@ -537,11 +539,74 @@ __global__ void race_keys_kernel(const scalar_t* x, int64_t rows, int64_t n, Wei
     quad_keys(x + row * n, n, q, static_cast<uint64_t>(t), wts, seed, Weights::kNone, key, flags, nonzero);
 #pragma unroll
     for (int h = 0; h < 4; ++h) {
-      if (4 * q + h < n) keys[row * n + 4 * q + h] = key[h];
+      if (4 * q + h < n) keys[row * n + 4 * q + h] = static_cast<key_t>(key[h]);
     }
   }
   flags = __reduce_or_sync(kFullMask, flags);
   if (threadIdx.x % kWarp == 0 && flags) atomicOr(status, flags);
+}
+
+// The float64 race key of item i of row `row` (quad_keys's for that item).
+template <typename scalar_t, typename Weights>
+__device__ double item_key(const scalar_t* x, int64_t n, int64_t row, int64_t i, const Weights& wts,
+                           const PhiloxSeed& seed) {
+  const double v = static_cast<double>(x[row * n + i]);
+  if (!Weights::nonzero(v)) return wts.key(v, 1.0);
+  const uint64_t sub = static_cast<uint64_t>(row * ((n + 3) / 4) + i / 4);
+  const uint4 high = philox_block_cuda(seed, sub);
+  const uint4 low = philox_block_cuda(PhiloxSeed{seed.seed, seed.offset + 4}, sub);
+  const uint32_t hi[4] = {high.x, high.y, high.z, high.w};
+  const uint32_t lo[4] = {low.x, low.y, low.z, low.w};
+  return wts.key(v, exponential(lo[i % 4], hi[i % 4]));
+}
+
+// The float64 keys of each row's `cands` candidates (torch.topk's pick by float keys).
+template <typename scalar_t, typename Weights>
+__global__ void candidate_keys_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t cands, Weights wts,
+                                      at::PhiloxCudaState philox, const int64_t* cand_index, double* cand_key) {
+  const PhiloxSeed seed = philox_seed(philox);
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < rows * cands;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    cand_key[t] = item_key(x, n, t / cands, cand_index[t], wts, seed);
+  }
+}
+
+// Each run of equal float keys among a row's candidates (in decreasing float order) is
+// sorted by float64 key, by the thread at its start; the first k are the draws. Since
+// rounding to float is monotone, only equal float keys can be out of float64 order, and
+// when the row's last candidate's float key is below its k-th, every item whose float key
+// ties one of the first k is a candidate: else kFloatKeyTies (the caller ranks float64
+// keys). Zero-sum rows and rows with too few nonzero weights show in the float64 keys.
+__global__ void rank_candidates_kernel(int64_t rows, int64_t k, int64_t cands, double zero_key, const float* cand_g,
+                                       int64_t* cand_index, double* cand_key, int64_t* out, uint32_t* status) {
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < rows * cands;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = t / cands;
+    const int64_t j = t - row * cands;
+    if (j >= k || (j > 0 && cand_g[t] == cand_g[t - 1])) continue;  // not the start of a run that matters
+    const int64_t first = row * cands;
+    int64_t end = j + 1;
+    while (end < cands && cand_g[first + end] == cand_g[t]) ++end;
+    for (int64_t a = j + 1; a < end; ++a) {  // insertion sort, decreasing by float64 key
+      const double key = cand_key[first + a];
+      const int64_t index = cand_index[first + a];
+      int64_t b = a;
+      for (; b > j && cand_key[first + b - 1] < key; --b) {
+        cand_key[first + b] = cand_key[first + b - 1];
+        cand_index[first + b] = cand_index[first + b - 1];
+      }
+      cand_key[first + b] = key;
+      cand_index[first + b] = index;
+    }
+    for (int64_t p = j; p < end && p < k; ++p) out[row * k + p] = cand_index[first + p];
+    uint32_t flags = 0;
+    if (j == 0) {
+      if (cand_key[first] <= zero_key) flags |= kRowZeroSum;
+      if (!(cand_g[first + cands - 1] < cand_g[first + k - 1])) flags |= kFloatKeyTies;
+    }
+    if (j <= k - 1 && k - 1 < end && cand_key[first + k - 1] <= zero_key) flags |= kTooFewNonzero;
+    if (flags) atomicOr(status, flags);
+  }
 }
 
 // Short rows (n <= kMaxThreadRow items, k <= K draws): a thread per row, the same keys
@@ -689,7 +754,8 @@ void draw_thread_topk(const DrawCall& call) {
   });
 }
 
-void race_keys(const DrawCall& call, double* keys) {
+template <typename key_t>
+void race_keys(const DrawCall& call, key_t* keys) {
   const int blocks = grid_for(call.rows * ((call.n + 3) / 4), kThreads);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "race_keys_cuda", [&] {
     const scalar_t* x = call.x.const_data_ptr<scalar_t>();
@@ -698,6 +764,25 @@ void race_keys(const DrawCall& call, double* keys) {
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
+}
+template void race_keys<double>(const DrawCall& call, double* keys);
+template void race_keys<float>(const DrawCall& call, float* keys);
+
+void rank_candidates(const DrawCall& call, int64_t cands, const float* cand_g, int64_t* cand_index,
+                     double* cand_key) {
+  const int blocks = grid_for(call.rows * cands, kThreads);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "candidate_keys_cuda", [&] {
+    const scalar_t* x = call.x.const_data_ptr<scalar_t>();
+    with_weights(call, [&](const auto& wts) {
+      candidate_keys_kernel<<<blocks, kThreads, 0, call.stream>>>(x, call.rows, call.n, cands, wts, call.philox,
+                                                                 cand_index, cand_key);
+    });
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  const double zero_key = call.logits ? LogitWeights{1.0}.key(-INFINITY, 1.0) : ProbWeights{1.0}.key(0.0, 1.0);
+  rank_candidates_kernel<<<blocks, kThreads, 0, call.stream>>>(call.rows, call.k, cands, zero_key, cand_g, cand_index,
+                                                              cand_key, call.out, call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace wrs::multinomial
