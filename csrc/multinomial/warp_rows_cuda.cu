@@ -20,6 +20,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarp;
 constexpr int64_t kMaxSamples = 64;
+constexpr int64_t kOwnerSearches = 8;  // samples a row up to which owners search their registers
 
 // Inputs as held in registers: float unless they are doubles (exact either way).
 template <typename scalar_t>
@@ -69,6 +70,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = group * kRowsPerWarp + lane / LANES;
     const bool valid = row < rows;
     Summary mine = Weights::empty();
+    __syncwarp();  // the last row group's searches have read the staged items
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
       const held_t<scalar_t> h = static_cast<held_t<scalar_t>>(next[j]);
@@ -95,13 +97,37 @@ __global__ void __launch_bounds__(kThreads)
     const uint64_t total = __shfl_sync(kFullMask, through, LANES - 1, LANES);
     const uint64_t before = through - mass;
     // Sample s: 64 bits of Philox block row * k + s. Lane t of the row draws sample s0 + t.
+    // Up to kOwnerSearches samples a row: each point is broadcast and the lane whose range
+    // holds it walks its units in registers. More: each lane finds its own point's lane (a
+    // binary search of the lanes' starts) and walks that lane's items in shared memory,
+    // quantizing them again (the same units), all lanes at once.
+    const held_t<scalar_t>* row_items = v - l;  // item j * LANES + t at row_items[j * LANES + t]
+    __syncwarp();  // every lane's items staged
     for (int64_t s0 = 0; s0 < k; s0 += LANES) {
       uint64_t point = 0;
-      if (valid && s0 + l < k) {
+      const bool mine_to_draw = valid && s0 + l < k;
+      if (mine_to_draw) {
         const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s0 + l));
         point = uniform_point(r.x, r.y, total);
-        out[row * k + s0 + l] = 0;  // stays in range if no lane claims the point (invalid rows)
       }
+      if (k > kOwnerSearches) {
+        int owner = 0;  // the last lane starting at or below the point: its range holds it
+#pragma unroll
+        for (int step = LANES / 2; step > 0; step /= 2) {
+          if (__shfl_sync(kFullMask, before, owner + step, LANES) <= point) owner += step;
+        }
+        uint64_t end = __shfl_sync(kFullMask, before, owner, LANES);
+        int64_t item = -1;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+          const int64_t i = j * LANES + owner;
+          if (i < n) end += units(wts, row_items[j * LANES + owner], law, n);
+          item = item < 0 && point < end ? i : item;
+        }
+        if (mine_to_draw) out[row * k + s0 + l] = item < 0 ? 0 : item;  // 0: an invalid row's
+        continue;
+      }
+      if (mine_to_draw) out[row * k + s0 + l] = 0;  // stays in range if no lane claims the point (invalid rows)
       __syncwarp();
       const int64_t count = k - s0 < LANES ? k - s0 : LANES;
       for (int t = 0; t < count; ++t) {
@@ -129,8 +155,8 @@ void launch(const DrawCall& call, const Weights& wts) {
 }
 
 // Lanes per row and items per lane by row length: about 4 to 16 items per lane; 32 per
-// lane only for up to 4 samples (one lane's search walks its items) and not in float64
-// (32 doubles per lane of 8 warps would need 64 KB of shared memory per block).
+// lane not in float64 (32 doubles per lane of 8 warps would need 64 KB of shared memory
+// per block).
 template <typename scalar_t, typename Weights>
 void launch_for_length(const DrawCall& call, const Weights& wts) {
   const int64_t n = call.n;
@@ -152,8 +178,7 @@ void launch_for_length(const DrawCall& call, const Weights& wts) {
 }  // namespace
 
 bool warp_rows_serve(int64_t n, int64_t k, bool float64) {
-  if (k > kMaxSamples) return false;
-  return n <= 256 || (n <= 512 && k <= 4) || (n <= kMaxWarpRow && k <= 4 && !float64);
+  return k <= kMaxSamples && (n <= 512 || (n <= kMaxWarpRow && !float64));
 }
 
 void draw_warp_rows(const DrawCall& call) {
