@@ -362,7 +362,6 @@ def test_gpu_without_replacement_first_two_draws(n, k):
     g = torch.Generator().manual_seed(40 + n)
     w = torch.rand(n, generator=g, dtype=torch.float64) ** 8
     w[::3] = 0
-    p = w / w.sum()
     rows = 1_000_000 if n <= 6000 else 200_000
     x = w.float().cuda().expand(rows, n).contiguous()
     s = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(41))
