@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(kThreads)
       shared = __shfl_sync(kFullMask, shared, 0);
       const double beat = fmax(kth, shared);
       double key[kQuadsPerLane][4];
-      bool candidate = false;
+      int mine = 0;  // the lane's candidates: keys above `beat`
 #pragma unroll
       for (int j = 0; j < kQuadsPerLane; ++j) {
         const int64_t q = base + j * kWarp + lane;
@@ -380,17 +380,11 @@ __global__ void __launch_bounds__(kThreads)
           quad_keys(xr, n, q, static_cast<uint64_t>(row * quads + q), wts, seed, beat, key[j], flags, nonzero);
         }
 #pragma unroll
-        for (int h = 0; h < 4; ++h) candidate |= key[j][h] > beat;
-      }
-      if (!__any_sync(kFullMask, candidate)) continue;
-      // The trip's candidates (keys above `beat`), packed in lane order into the warp's
-      // shared stage, are offered 32 * SLOTS at a time: usually one offer_all per trip.
-      int mine = 0;
-#pragma unroll
-      for (int j = 0; j < kQuadsPerLane; ++j) {
-#pragma unroll
         for (int h = 0; h < 4; ++h) mine += key[j][h] > beat;
       }
+      if (!__any_sync(kFullMask, mine > 0)) continue;
+      // The trip's candidates, packed in lane order into the warp's shared stage, are
+      // offered 32 * SLOTS at a time: usually one offer_all per trip.
       int at = mine;  // inclusive prefix sum over the lanes
 #pragma unroll
       for (int offset = 1; offset < kWarp; offset *= 2) {
