@@ -13,10 +13,12 @@
 //   3. split: one thread per pack section finds its start on the leftovers' merge path,
 //   4. pack: each block loads its section's lights and heavies into shared memory with
 //      coalesced loads and its threads merge sub-ranges of it.
+#include "alias/alias_cuda.h"
 #include "alias/alias_ops.h"
 #include "common/cuda_utils.cuh"
 #include "common/row_sums.cuh"
 #include "common/philox_cuda.cuh"
+#include "common/status_word.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -312,28 +314,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void raise_if_flagged(const at::Tensor& status, cudaStream_t stream) {
-  TORCH_CHECK(!stream_is_capturing(stream),
-              "alias_table: validate=True reads the value checks back to the host, which "
-              "CUDA-graph capture forbids; pass validate=False when capturing");
-  raise_weight_flags(static_cast<uint32_t>(status.item<int>()), "alias_table", "weights");
-}
-
 template <typename scalar_t>
-void build_long_rows(const scalar_t* w, int64_t rows, int64_t n, bool validate, int64_t* table,
-                     const at::Tensor& status, cudaStream_t stream) {
-  const auto opts = status.options();
+void build_long_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table, const at::TensorOptions& opts,
+                     uint32_t* status, cudaStream_t stream) {
   std::vector<at::Tensor> keep;  // scratch from torch's caching allocator
   const int64_t tiles_per_row = (n + kTile - 1) / kTile;
   const int64_t tiles = rows * tiles_per_row;
-  auto* status_p = reinterpret_cast<uint32_t*>(status.data_ptr<int>());
 
   // 1. Row sums and value checks.
   const RowSum* row_sums = row_sums_cuda(w, rows, n, keep, opts, stream);
   auto* scale = scratch<RowScale>(keep, opts, rows);
-  row_scale_kernel<<<ceil_div(rows, kThreads), kThreads, 0, stream>>>(row_sums, rows, n, scale, status_p);
+  row_scale_kernel<<<ceil_div(rows, kThreads), kThreads, 0, stream>>>(row_sums, rows, n, scale, status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (validate) raise_if_flagged(status, stream);
 
   // 2. PSA+ per tile, one pass (decoupled look-back for the leftover offsets).
   const RowArrays arrays{scratch<LightItem>(keep, opts, rows * n), scratch<uint64_t>(keep, opts, rows * n),
@@ -360,26 +352,44 @@ void build_long_rows(const scalar_t* w, int64_t rows, int64_t n, bool validate, 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+}  // namespace
+
+void build_tables_cuda(const at::Tensor& w, const at::Tensor& table, uint32_t* status) {
+  const int64_t n = w.size(-1);
+  const int64_t rows = w.numel() / n;
+  if (rows == 0) return;
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "alias_table_cuda", [&] {
+    const scalar_t* wp = w.const_data_ptr<scalar_t>();
+    int64_t* tp = table.mutable_data_ptr<int64_t>();
+    if (n <= kSmallRow) {
+      build_small_rows(wp, rows, n, tp, status, stream);
+    } else {
+      build_long_rows(wp, rows, n, tp, w.options(), status, stream);
+    }
+  });
+}
+
+namespace {
+
 at::Tensor alias_table_cuda(const at::Tensor& weights, bool validate) {
   check_weights(weights);
   const c10::cuda::CUDAGuard guard(weights.device());
   const at::Tensor w = weights.contiguous();
   at::Tensor table = at::empty(w.sizes(), w.options().dtype(at::kLong));
-  const int64_t n = w.size(-1);
-  const int64_t rows = w.numel() / n;
-  if (rows == 0) return table;
+  if (table.numel() == 0) return table;
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor status = zeroed_status_word(w.options(), stream);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "alias_table_cuda", [&] {
-    const scalar_t* wp = w.const_data_ptr<scalar_t>();
-    int64_t* tp = table.mutable_data_ptr<int64_t>();
-    if (n <= kSmallRow) {
-      build_small_rows(wp, rows, n, tp, reinterpret_cast<uint32_t*>(status.data_ptr<int>()), stream);
-      if (validate) raise_if_flagged(status, stream);  // the table is ours and is dropped
-    } else {
-      build_long_rows(wp, rows, n, validate, tp, status, stream);
-    }
-  });
+  if (!validate) {
+    const at::Tensor status = zeroed_status_word(w.options(), stream);  // written, never read
+    build_tables_cuda(w, table, status_bits(status));
+    return table;
+  }
+  TORCH_CHECK(!stream_is_capturing(stream),
+              "alias_table: validate=True reads the value checks back to the host, which "
+              "CUDA-graph capture forbids; pass validate=False when capturing");
+  StatusWord status(w.options(), stream);
+  build_tables_cuda(w, table, status.bits());
+  raise_weight_flags(status.read(), "alias_table", "weights");  // the table is ours and is dropped
   return table;
 }
 

@@ -78,7 +78,7 @@ inline bool stream_is_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// A kernel's 4-byte status word (flags OR-ed by the threads that saw a problem), zeroed
+// A device status word (flags OR-ed by the threads that saw a problem), zeroed
 // on `stream` by a memset (not at::zeros: a fill kernel through the dispatcher is host
 // time that a small call would feel).
 inline at::Tensor zeroed_status_word(const at::TensorOptions& opts, cudaStream_t stream) {
@@ -89,15 +89,6 @@ inline at::Tensor zeroed_status_word(const at::TensorOptions& opts, cudaStream_t
 
 inline uint32_t* status_bits(const at::Tensor& status) {
   return reinterpret_cast<uint32_t*>(status.mutable_data_ptr<int>());
-}
-
-// The status word, read
-// back as torch's item() does: a copy into a host variable, which waits for the stream.
-// No pinned buffer to allocate and no dispatcher round trip.
-inline uint32_t read_status_word(const at::Tensor& status, cudaStream_t stream) {
-  uint32_t word = 0;
-  c10::cuda::memcpy_and_sync(&word, status.const_data_ptr<int>(), sizeof(word), cudaMemcpyDeviceToHost, stream);
-  return word;
 }
 
 }  // namespace wrs

@@ -15,6 +15,7 @@
 
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
+#include "common/status_word.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -22,6 +23,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+
+#include <optional>
 
 namespace wrs::gamma {
 
@@ -273,15 +276,16 @@ at::Tensor standard_gamma_cuda(const at::Tensor& alpha, c10::string_view method,
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   // validate: the kernel flags invalid alphas in its own pass; one 4-byte read back,
   // skipped while the stream is capturing a CUDA graph (as torch does; NaN comes out).
-  const bool read_back = validate && !stream_is_capturing(stream);
-  const at::Tensor status = validate ? zeroed_status_word(a.options(), stream) : at::Tensor();
-  uint32_t* status_ptr = validate ? status_bits(status) : nullptr;
+  std::optional<StatusWord> status;
+  if (validate) status.emplace(a.options(), stream);
+  const bool read_back = validate && !status->capturing();
+  uint32_t* status_ptr = validate ? status->bits() : nullptr;
   const at::PhiloxCudaState philox = cuda_philox_state(generator, a.device().index(), kDrawsPerSubsequence);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "standard_gamma_cuda", [&] {
     dispatch_method<at::opmath_type<scalar_t>>(
         m, [&](auto gen) { launch_standard_gamma<scalar_t, decltype(gen)>(a, out, log, philox, status_ptr); });
   });
-  if (read_back) raise_alpha_flags(read_status_word(status, stream), "standard_gamma", "alpha");
+  if (read_back) raise_alpha_flags(status->read(), "standard_gamma", "alpha");
   return out;
 }
 
@@ -310,9 +314,10 @@ at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, s
   const int64_t rows = c.numel() / k;
   if (rows == 0) return out;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const bool read_back = validate && !stream_is_capturing(stream);
-  const at::Tensor status = validate ? zeroed_status_word(c.options(), stream) : at::Tensor();
-  uint32_t* status_ptr = validate ? status_bits(status) : nullptr;
+  std::optional<StatusWord> status;
+  if (validate) status.emplace(c.options(), stream);
+  const bool read_back = validate && !status->capturing();
+  uint32_t* status_ptr = validate ? status->bits() : nullptr;
   TORCH_CHECK((k + 1) / 2 < (int64_t{1} << 30), kOp, ": too many categories for one row (", k, ")");
   const at::PhiloxCudaState philox = cuda_philox_state(generator, c.device().index(), kDrawsPerSubsequence);
   AT_DISPATCH_FLOATING_TYPES(dtype, "dirichlet_cuda", [&] {
@@ -329,7 +334,7 @@ at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, s
                                             philox, status_ptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  if (read_back) raise_concentration_flags(read_status_word(status, stream), kOp, "concentration");
+  if (read_back) raise_concentration_flags(status->read(), kOp, "concentration");
   return out;
 }
 

@@ -3,6 +3,7 @@
 // CUDA graph (invalid rows then give all-zero counts).
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
+#include "common/status_word.h"
 #include "multinomial/counts.h"
 
 #include <ATen/ATen.h>
@@ -35,15 +36,15 @@ at::Tensor multinomial_counts_cuda(const at::Tensor& weights, int64_t total,
   const int64_t m = w.size(-1), rows = w.numel() / m;
   if (rows == 0) return out;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor status = zeroed_status_word(w.options(), stream);
+  StatusWord status(w.options(), stream);
   const auto philox = cuda_philox_state(generator, w.device().index(), 4 * kCountBlocks);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "multinomial_counts_cuda", [&] {
     counts_kernel<<<grid_for(rows, 128), 128, 0, stream>>>(
         w.const_data_ptr<scalar_t>(), rows, m, total, philox, out.mutable_data_ptr<int64_t>(),
-        status_bits(status));
+        status.bits());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (!stream_is_capturing(stream)) raise_count_flags(read_status_word(status, stream));
+  if (!status.capturing()) raise_count_flags(status.read());
   return out;
 }
 

@@ -63,17 +63,20 @@ void raise_value_flags(const Request& r, uint32_t flags) {
               " samples without replacement from a row with fewer finite logits");
 }
 
-at::Tensor sample_alias_tables(const Request& r, std::optional<at::Generator> generator) {
-  static const auto table_op = c10::Dispatcher::singleton().findSchemaOrThrow("wrs::alias_table", "")
-                                   .typed<at::Tensor(const at::Tensor&, bool)>();
+at::Tensor sample_tables(const at::Tensor& table, int64_t k, std::optional<at::Generator> generator) {
   static const auto sample_op = c10::Dispatcher::singleton().findSchemaOrThrow("wrs::alias_sample", "")
                                     .typed<at::Tensor(const at::Tensor&, c10::SymInt, bool, c10::string_view,
                                                       std::optional<at::ScalarType>, std::optional<at::Generator>)>();
+  return sample_op.call(table, c10::SymInt(k), /*ordered=*/true, "auto", std::nullopt, std::move(generator));
+}
+
+at::Tensor sample_alias_tables(const Request& r, std::optional<at::Generator> generator) {
+  static const auto table_op = c10::Dispatcher::singleton().findSchemaOrThrow("wrs::alias_table", "")
+                                   .typed<at::Tensor(const at::Tensor&, bool)>();
   const at::Tensor x = r.x.view({r.rows, r.n});
   const at::Tensor w = r.logits ? at::softmax(x.to(at::kDouble) * r.inv_temperature, -1) : x;
   const at::Tensor table = table_op.call(w, /*validate=*/false);
-  return sample_op.call(table, c10::SymInt(r.k), /*ordered=*/true, "auto", std::nullopt, generator)
-      .view(r.out_shape);
+  return sample_tables(table, r.k, std::move(generator)).view(r.out_shape);
 }
 
 // Integer outputs have no gradient: autograd is passed through rather than handled by

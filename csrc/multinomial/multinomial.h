@@ -37,5 +37,7 @@ void raise_value_flags(const Request& r, uint32_t flags);
 // Where no fused kernel serves: alias tables with replacement (softmax in float64 first
 // for logits). Value checks are the caller's.
 at::Tensor sample_alias_tables(const Request& r, std::optional<at::Generator> generator);
+// k draws per row, in order, from alias tables made by alias_table (the alias_sample op).
+at::Tensor sample_tables(const at::Tensor& table, int64_t k, std::optional<at::Generator> generator);
 
 }  // namespace wrs::multinomial

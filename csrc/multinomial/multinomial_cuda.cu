@@ -1,8 +1,10 @@
 // multinomial and sample_logits on CUDA: the method table, then one call's launches and
 // its one 4-byte read back of the value checks (skipped under CUDA-graph capture, as
 // torch does; the kernels keep every output in range whatever the input).
+#include "alias/alias_cuda.h"
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
+#include "common/status_word.h"
 #include "multinomial/kernels_cuda.cuh"
 #include "multinomial/multinomial.h"
 
@@ -56,11 +58,15 @@ Method choose(const Request& r) {
   return r.k <= kMaxTopK ? Method::kTopK : Method::kKeysTopK;
 }
 
+// ORs a device int of flags into the status word.
+__global__ void or_flags_kernel(const int* flags, uint32_t* status) {
+  if (*flags) atomicOr(status, static_cast<uint32_t>(*flags));
+}
+
 // Beyond kMaxTopK draws without replacement: torch.topk over every item's race key. With
 // float_first, over their float roundings (half the bytes), kTieSlack more than k, which
 // rank_candidates orders by float64 key into `out`; else over the float64 keys.
-at::Tensor rank_keys(const Request& r, const DrawCall& call, const at::Tensor& status, at::Tensor out,
-                     bool float_first) {
+at::Tensor rank_keys(const Request& r, const DrawCall& call, at::Tensor out, bool float_first) {
   if (float_first) {
     at::Tensor g = at::empty({r.rows, r.n}, r.x.options().dtype(at::kFloat));
     race_keys(call, g.mutable_data_ptr<float>());
@@ -77,8 +83,22 @@ at::Tensor rank_keys(const Request& r, const DrawCall& call, const at::Tensor& s
   const double zero_key = r.logits ? -1.7976931348623157e308 : 0.0;
   const at::Tensor few = (top.select(-1, 0) <= zero_key).any().to(at::kInt) * static_cast<int>(kRowZeroSum) +
                          (top.select(-1, r.k - 1) <= zero_key).any().to(at::kInt) * static_cast<int>(kTooFewNonzero);
-  status.bitwise_or_(few);
+  or_flags_kernel<<<1, 1, 0, call.stream>>>(few.const_data_ptr<int>(), call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   return index.view(r.out_shape);
+}
+
+// With replacement, many draws: alias tables. For probabilities the build's value flags
+// are the call's, so they go straight into the call's status word; logits are flagged
+// first, then become float64 softmax weights.
+at::Tensor draw_alias_tables(const Request& r, const DrawCall& call, std::optional<at::Generator> generator) {
+  if (r.logits) {
+    flag_rows(call);
+    return sample_alias_tables(r, std::move(generator));
+  }
+  const at::Tensor table = at::empty({r.rows, r.n}, r.x.options().dtype(at::kLong));
+  alias::build_tables_cuda(r.x.view({r.rows, r.n}), table, call.status);
+  return sample_tables(table, r.k, std::move(generator)).view(r.out_shape);
 }
 
 at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator) {
@@ -86,8 +106,8 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
   if (r.rows == 0) return out;
   const c10::cuda::CUDAGuard guard(r.x.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor status = zeroed_status_word(r.x.options(), stream);
-  const bool capturing = stream_is_capturing(stream);
+  StatusWord status(r.x.options(), stream);
+  const bool capturing = status.capturing();
   const Method method = choose(r);
   // Race keys take two Philox blocks (8 draws) per subsequence, the others one.
   const bool race = method == Method::kThreadTopK || method == Method::kTopK || method == Method::kKeysTopK;
@@ -99,7 +119,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
                 r.inv_temperature,
                 cuda_philox_state(generator, r.x.device().index(), race ? 8 : 4),
                 out.mutable_data_ptr<int64_t>(),
-                status_bits(status),
+                status.bits(),
                 stream};
   switch (method) {
     case Method::kWarpRows:
@@ -109,8 +129,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
       draw_inverse_cdf(call, inverse_cdf_chunks(r.rows, r.n));
       break;
     case Method::kAliasTables:
-      flag_rows(call);
-      out = sample_alias_tables(r, generator);
+      out = draw_alias_tables(r, call, generator);
       break;
     case Method::kThreadTopK:
       draw_thread_topk(call);
@@ -119,15 +138,15 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
       draw_topk(call);
       break;
     case Method::kKeysTopK:
-      out = rank_keys(r, call, status, out, /*float_first=*/!capturing && r.k + kTieSlack <= r.n);
+      out = rank_keys(r, call, out, /*float_first=*/!capturing && r.k + kTieSlack <= r.n);
       break;
   }
   if (capturing) return out;
-  uint32_t flags = read_status_word(status, stream);
+  uint32_t flags = status.read();
   if (flags & kFloatKeyTies) {  // float keys tied past the candidates (rare): float64 keys decide
-    C10_CUDA_CHECK(cudaMemsetAsync(status_bits(status), 0, sizeof(uint32_t), stream));
-    out = rank_keys(r, call, status, out, /*float_first=*/false);
-    flags = read_status_word(status, stream);
+    status.clear();
+    out = rank_keys(r, call, out, /*float_first=*/false);
+    flags = status.read();
   }
   raise_value_flags(r, flags);
   return out;
