@@ -37,6 +37,26 @@ def test_errors(device, make, n, replacement, message):
         torch_wrs.multinomial(make(device), n, replacement)
 
 
+@pytest.mark.parametrize("n", [5, 3000])
+@pytest.mark.parametrize("k", [1, 100, 5000])
+def test_value_errors_with_replacement_every_method(device, n, k):
+    """Every method with replacement (short rows, in slices beyond 64 samples; the inverse
+    CDF; alias tables, whose build flags the values) raises torch's errors, and a valid
+    call after them draws in range."""
+    w = torch.rand(3, n, device=device) + 0.1
+    for bad in (-1.0, float("nan"), float("inf")):
+        x = w.clone()
+        x[1, n // 2] = bad
+        with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
+            torch_wrs.multinomial(x, k, True)
+    x = w.clone()
+    x[2] = 0
+    with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
+        torch_wrs.multinomial(x, k, True)
+    s = torch_wrs.multinomial(w, k, True)
+    assert s.shape == (3, k) and s.min() >= 0 and s.max() < n
+
+
 def test_empty_batch(device):
     assert torch_wrs.multinomial(torch.rand(0, 5, device=device), 3).shape == (0, 3)
 
@@ -344,6 +364,23 @@ def test_gpu_one_pass_law_per_row_length(n, dtype, k):
     counts = sum(torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=n)
                  for _ in range(10))
     assert g_test_pvalue(counts, w.double()) > P_MIN
+
+
+@requires_cuda
+@pytest.mark.parametrize("n", [4, 18, 32])
+def test_gpu_short_rows_in_slices_law(n):
+    """Short rows with more than 64 samples: a row's samples cut into slices over warps
+    (1,000 a row: slices of 63 and a shorter last one). 1e7 draws pooled over 3 identical
+    rows, and each sample position's first draws against the same law."""
+    g = torch.Generator().manual_seed(90 + n)
+    w = torch.rand(n, generator=g, dtype=torch.float64) ** 3
+    w[::3] = 0
+    x = w.float().cuda().expand(3, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(91)
+    draws = torch.cat([torch_wrs.multinomial(x, 1000, True, generator=gen) for _ in range(3334)])
+    assert g_test_pvalue(torch.bincount(draws.reshape(-1), minlength=n), w.float().double()) > P_MIN
+    for position in (0, 62, 63, 999):  # a slice's first and last, the next slice's first, the row's last
+        assert g_test_pvalue(torch.bincount(draws[:, position], minlength=n), w.float().double()) > P_MIN
 
 
 def _second_draw_law(p):

@@ -38,9 +38,10 @@ void with_weights(const DrawCall& call, F&& f) {
 }
 
 // With replacement (the alias tables' quantized law, laws.h).
-// Short rows, a row per 8-32 lanes of a warp: n <= kMaxWarpRow and warp_rows_serve(n, k).
+// Short rows, a row per 8-32 lanes of a warp: n <= kMaxWarpRow and warp_rows_serve.
 constexpr int64_t kMaxWarpRow = 1024;
-bool warp_rows_serve(int64_t n, int64_t k, bool float64);
+constexpr int64_t kWarpRowSlice = 64;  // samples of a row one warp draws, at least
+bool warp_rows_serve(int64_t rows, int64_t n, int64_t k, bool float64);
 void draw_warp_rows(const DrawCall& call);
 // Any row length: chunks of a row per block, up to kMaxChunkSamples draws per row; a block
 // per row (chunks == 1) up to kMaxRowSamples, since its block holds and sorts them all.

@@ -19,15 +19,19 @@ namespace {
 //
 // | replacement      | shape (n items per row, k draws)       | method              | why                                              |
 // | ---------------- | -------------------------------------- | ------------------- | ------------------------------------------------ |
-// | yes, or k = 1    | n <= 1,024 (float64: 512), k <= 64     | warp rows           | one read; 8-32 lanes per row share the per-row   |
-// |                  |                                        |                     | reductions and scale, and beyond 8 samples       |
-// |                  |                                        |                     | search for one each (slower than alias tables    |
-// |                  |                                        |                     | past 64: 0.3 ms for 1 x 100, k = 1,024)          |
+// | yes, or k = 1    | n <= 1,024 (float64: 512), k <= 64;    | warp rows           | one read; 8-32 lanes per row share the per-row   |
+// |                  | n <= 32, k <= 1,024, rows x k <= 2^18  |                     | reductions and scale, and beyond 8 samples       |
+// |                  |                                        |                     | search for one each; more samples are cut into   |
+// |                  |                                        |                     | slices over warps (past these bounds each        |
+// |                  |                                        |                     | sample's walk costs more than an alias lookup)   |
 // | k = 1, logits    | rows x n >= 2^21                       | warp top-k (race)   | one read and a float bound per item, where the   |
 // |                  |                                        |                     | inverse CDF takes a float64 exp per item twice   |
-// | yes, or k = 1    | any n; k <= 128, or k <= 1,024 where   | inverse CDF         | about two reads, no table; few rows are cut into |
-// |                  | the row is cut into chunks             |                     | chunks over many blocks (the LLM decode case)    |
-// | yes              | more draws                             | alias tables        | the O(n) build pays for itself over many draws   |
+// | yes              | other rows of up to 1,024 items, k>64  | alias tables        | a block per short row of the inverse CDF costs   |
+// |                  |                                        |                     | more: 65,536 x 4, k = 128: 2.9 against 0.2 ms    |
+// | yes, or k = 1    | longer rows; k <= 128, or k <= 1,024   | inverse CDF         | about two reads, no table; few rows are cut into |
+// |                  | where the row is cut into chunks       |                     | chunks over many blocks (the LLM decode case)    |
+// | yes              | more draws                             | alias tables        | the O(n) build pays for itself over many draws;  |
+// |                  |                                        |                     | its value checks flag the call's status word     |
 // | no               | n <= 32 and k <= 8                     | thread top-k        | a row's keys fit one thread; a warp per row      |
 // |                  |                                        |                     | would idle most lanes and sort 32-key lists      |
 // | no               | k <= 64                                | warp top-k          | one read of race keys; few long rows in chunks,  |
@@ -48,8 +52,9 @@ constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
 
 Method choose(const Request& r) {
   if (r.replacement || r.k == 1) {
-    if (warp_rows_serve(r.n, r.k, r.x.scalar_type() == at::kDouble)) return Method::kWarpRows;
+    if (warp_rows_serve(r.rows, r.n, r.k, r.x.scalar_type() == at::kDouble)) return Method::kWarpRows;
     if (r.k == 1 && r.logits && r.rows * r.n >= kLogitRaceFromItems) return Method::kTopK;
+    if (r.n <= kMaxWarpRow && r.k > kWarpRowSlice) return Method::kAliasTables;
     const int64_t chunks = inverse_cdf_chunks(r.rows, r.n);
     const bool fits = r.k <= (chunks == 1 ? kMaxRowSamples : kMaxChunkSamples);
     return fits ? Method::kInverseCdf : Method::kAliasTables;

@@ -19,7 +19,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarp;
-constexpr int64_t kMaxSamples = 64;
+constexpr int64_t kMaxShortRowSamples = 1024;      // rows of up to 32 items: samples per row
+constexpr int64_t kMaxShortRowDraws = int64_t{1} << 18;  // and per call
 constexpr int64_t kOwnerSearches = 8;  // samples a row up to which owners search their registers
 
 // Inputs as held in registers: float unless they are doubles (exact either way).
@@ -40,10 +41,13 @@ __device__ inline Summary row_summary(Summary s) {
   return Summary{__shfl_sync(kFullMask, s.shift, 0, LANES), __shfl_sync(kFullMask, s.sum, 0, LANES), s.flags};
 }
 
-// Each warp takes row groups g, g + W, ... (W warps in the grid) of 32 / LANES rows.
+// Work item w is row group w / slices (32 / LANES rows) and slice w % slices of its
+// samples; each warp takes items w, w + W, ... (W warps in the grid). A row's slices
+// each reduce the row again (it is short, and in L1 or L2), so that many samples from
+// few rows still spread over the whole GPU.
 template <typename scalar_t, typename Weights, int LANES, int ITEMS>
 __global__ void __launch_bounds__(kThreads)
-    warp_rows_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, Weights wts,
+    warp_rows_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, int64_t slices, Weights wts,
                      at::PhiloxCudaState philox, int64_t* out, uint32_t* status) {
   constexpr int kRowsPerWarp = kWarp / LANES;
   // Each row's slots padded by LANES: with ITEMS + 1 odd, the rows of a warp start in
@@ -54,6 +58,8 @@ __global__ void __launch_bounds__(kThreads)
   const int l = lane % LANES;
   held_t<scalar_t>* v = staged[threadIdx.x / kWarp] + (lane / LANES) * kRowSlots + l;  // v[j * LANES]
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  const int64_t work = (rows + kRowsPerWarp - 1) / kRowsPerWarp * slices;
+  const int64_t slice_samples = (k + slices - 1) / slices;
   const PhiloxSeed seed = philox_seed(philox);
   scalar_t next[ITEMS];
   auto fetch = [&](int64_t group) {
@@ -64,23 +70,26 @@ __global__ void __launch_bounds__(kThreads)
       next[j] = row < rows && i < n ? x[row * n + i] : scalar_t(0);
     }
   };
-  int64_t group = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
-  fetch(group);
-  for (; group * kRowsPerWarp < rows; group += warps) {  // warp-uniform
+  int64_t w = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
+  fetch(w / slices);
+  for (; w < work; w += warps) {  // warp-uniform
+    const int64_t group = w / slices;
+    const int64_t s_begin = (w - group * slices) * slice_samples;
+    const int64_t s_end = k < s_begin + slice_samples ? k : s_begin + slice_samples;
     const int64_t row = group * kRowsPerWarp + lane / LANES;
     const bool valid = row < rows;
     Summary mine = Weights::empty();
-    __syncwarp();  // the last row group's searches have read the staged items
+    __syncwarp();  // the last work item's searches have read the staged items
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
       const held_t<scalar_t> h = static_cast<held_t<scalar_t>>(next[j]);
       v[j * LANES] = h;  // the lane's own slots: only it reads them back
       if (j * LANES + l < n) mine = wts.add(mine, h);
     }
-    fetch(group + warps);
+    fetch((w + warps) / slices);
     const Summary sum = row_summary<LANES, Weights>(mine);
     const uint32_t flags = summary_flags(sum);
-    if (valid && l == 0 && flags) atomicOr(status, flags);
+    if (valid && l == 0 && s_begin == 0 && flags) atomicOr(status, flags);
     const RowLaw law = row_law<Weights>(sum, n);
     uint64_t q[ITEMS];  // the lane's units, in registers for every sample's search
     uint64_t mass = 0;
@@ -103,9 +112,9 @@ __global__ void __launch_bounds__(kThreads)
     // quantizing them again (the same units), all lanes at once.
     const held_t<scalar_t>* row_items = v - l;  // item j * LANES + t at row_items[j * LANES + t]
     __syncwarp();  // every lane's items staged
-    for (int64_t s0 = 0; s0 < k; s0 += LANES) {
+    for (int64_t s0 = s_begin; s0 < s_end; s0 += LANES) {
       uint64_t point = 0;
-      const bool mine_to_draw = valid && s0 + l < k;
+      const bool mine_to_draw = valid && s0 + l < s_end;
       if (mine_to_draw) {
         const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s0 + l));
         point = uniform_point(r.x, r.y, total);
@@ -129,7 +138,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       if (mine_to_draw) out[row * k + s0 + l] = 0;  // stays in range if no lane claims the point (invalid rows)
       __syncwarp();
-      const int64_t count = k - s0 < LANES ? k - s0 : LANES;
+      const int64_t count = s_end - s0 < LANES ? s_end - s0 : LANES;
       for (int t = 0; t < count; ++t) {
         const uint64_t p = __shfl_sync(kFullMask, point, t, LANES);
         if (!valid || p - before >= mass) continue;  // another lane's range
@@ -146,11 +155,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Slices of a row's samples: one up to kWarpRowSlice, else enough work items (row
+// groups times slices) to fill the GPU, each slice at least kWarpRowSlice long.
+int64_t slices_for(int64_t groups, int64_t k) {
+  static const int64_t fill = static_cast<int64_t>(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) *
+                              at::cuda::getCurrentDeviceProperties()->maxThreadsPerMultiProcessor / kWarp;
+  const int64_t most = ceil_div(k, kWarpRowSlice);
+  return std::max<int64_t>(1, std::min(most, ceil_div(fill, groups)));
+}
+
 template <typename scalar_t, typename Weights, int LANES, int ITEMS>
 void launch(const DrawCall& call, const Weights& wts) {
-  const int blocks = grid_for(ceil_div(call.rows, kWarp / LANES) * kWarp, kThreads);
+  const int64_t groups = ceil_div(call.rows, kWarp / LANES);
+  int64_t slices = slices_for(groups, call.k);
+  slices = ceil_div(call.k, ceil_div(call.k, slices));  // none empty
+  const int blocks = grid_for(groups * slices * kWarp, kThreads);
   warp_rows_kernel<scalar_t, Weights, LANES, ITEMS><<<blocks, kThreads, 0, call.stream>>>(
-      call.x.const_data_ptr<scalar_t>(), call.rows, call.n, call.k, wts, call.philox, call.out, call.status);
+      call.x.const_data_ptr<scalar_t>(), call.rows, call.n, call.k, slices, wts, call.philox, call.out, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -177,12 +198,17 @@ void launch_for_length(const DrawCall& call, const Weights& wts) {
 
 }  // namespace
 
-bool warp_rows_serve(int64_t n, int64_t k, bool float64) {
-  return k <= kMaxSamples && (n <= 512 || (n <= kMaxWarpRow && !float64));
+bool warp_rows_serve(int64_t rows, int64_t n, int64_t k, bool float64) {
+  if (n > (float64 ? 512 : kMaxWarpRow)) return false;
+  // Beyond 64 samples each sample walks its owner lane's items again, which costs more
+  // than alias tables (one lookup) unless a lane holds few items and the call is small:
+  // 1 x 100, k = 1,024: 0.056 against 0.050 ms; 8 x 18: 0.043 against 0.050;
+  // 4,096 x 18: 0.092 against 0.056 (scripts/profile_cases.py many, H100).
+  return k <= kWarpRowSlice || (n <= 32 && k <= kMaxShortRowSamples && rows * k <= kMaxShortRowDraws);
 }
 
 void draw_warp_rows(const DrawCall& call) {
-  TORCH_INTERNAL_ASSERT(warp_rows_serve(call.n, call.k, call.x.scalar_type() == at::kDouble));
+  TORCH_INTERNAL_ASSERT(warp_rows_serve(call.rows, call.n, call.k, call.x.scalar_type() == at::kDouble));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "warp_rows_cuda", [&] {
     with_weights(call, [&](const auto& wts) { launch_for_length<scalar_t>(call, wts); });
   });
