@@ -127,7 +127,9 @@ __device__ void run_warp_pairs(int count, int64_t first_subsequence, const Philo
   }
 }
 
-template <typename scalar_t, typename Gen>
+// VALIDATE: flag invalid alphas (a compile-time switch: the flags' register costs the
+// loop 5-8% even when nothing reads them, so validate=False runs a kernel without them).
+template <typename scalar_t, typename Gen, bool VALIDATE>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
     standard_gamma_kernel(const scalar_t* __restrict__ alpha, scalar_t* __restrict__ out, int64_t n,
                           bool log_output, at::PhiloxCudaState philox, uint32_t* status) {
@@ -140,17 +142,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
   const int64_t first = warp * per_warp;
   if (first >= pairs) return;  // the whole warp
   const int count = static_cast<int>(pairs - first < per_warp ? pairs - first : per_warp);
+  // The flags of the lane's alphas, kept in a register and OR-ed into the status word
+  // once at the end (the same kernel time as a test and an atomic in the loop;
+  // scripts/profile_cases.py gamma_validate).
+  uint32_t seen = 0;
   auto load = [&](int p, acc_t& a0, acc_t& a1) {
     const int64_t e = 2 * (first + p);
     const bool has_second = e + 1 < n;
     a0 = static_cast<acc_t>(alpha[e]);
     a1 = has_second ? static_cast<acc_t>(alpha[e + 1]) : acc_t(0);
-    // validate: invalid alphas flag the status word, once per element (they come out
-    // NaN: the pair driver never loops on them).
-    if (status) {
-      const uint32_t flags = alpha_flags(a0) | alpha_flags(a1);
-      if (flags) atomicOr(status, flags);
-    }
+    if (VALIDATE) seen |= alpha_flags(a0) | alpha_flags(a1);  // invalid alphas come out NaN: no endless loop
     return has_second;
   };
   auto finish = [&](int p, acc_t x0, acc_t x1) {
@@ -159,6 +160,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
     if (e + 1 < n) out[e + 1] = static_cast<scalar_t>(x1);
   };
   run_warp_pairs<acc_t, Gen>(count, first, philox_seed(philox), log_output, load, finish);
+  if (VALIDATE && seen) atomicOr(status, seen);
 }
 
 // Fused Dirichlet rows (float and double): a warp per row (rows j, j + W, ...) generates
@@ -218,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
       a0 = c[2 * p];
       a1 = has_second ? c[2 * p + 1] : acc_t(0);
       nonzero |= a0 != 0 || a1 != 0;
-      if (status) {
+      if (status) {  // in the loop: a flags register would spill in this kernel
         const uint32_t flags = alpha_flags(a0) | alpha_flags(a1) |
                                (a0 == INFINITY || a1 == INFINITY ? static_cast<uint32_t>(kWeightInf) : 0u);
         if (flags) atomicOr(status, flags);
@@ -247,10 +249,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
   }
 }
 
-template <typename scalar_t, typename Gen>
-void launch_standard_gamma(const at::Tensor& alpha, at::Tensor& out, bool log, const at::PhiloxCudaState& philox,
-                           uint32_t* status) {
-  const auto kernel = standard_gamma_kernel<scalar_t, Gen>;
+// One launch of a standard_gamma kernel: about one wave of resident blocks, each warp
+// taking a contiguous stretch of pairs (the occupancy is the kernel's own, asked once).
+template <typename scalar_t, auto kernel>
+void launch_gamma_kernel(const at::Tensor& alpha, at::Tensor& out, bool log, const at::PhiloxCudaState& philox,
+                         uint32_t* status) {
   static const int blocks_per_sm = [&] {
     int b = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0));
@@ -264,6 +267,16 @@ void launch_standard_gamma(const at::Tensor& alpha, at::Tensor& out, bool log, c
   kernel<<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
       alpha.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n, log, philox, status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t, typename Gen>
+void launch_standard_gamma(const at::Tensor& alpha, at::Tensor& out, bool log, const at::PhiloxCudaState& philox,
+                           uint32_t* status) {
+  if (status != nullptr) {
+    launch_gamma_kernel<scalar_t, standard_gamma_kernel<scalar_t, Gen, true>>(alpha, out, log, philox, status);
+  } else {
+    launch_gamma_kernel<scalar_t, standard_gamma_kernel<scalar_t, Gen, false>>(alpha, out, log, philox, status);
+  }
 }
 
 at::Tensor standard_gamma_cuda(const at::Tensor& alpha, c10::string_view method, bool log, bool validate,

@@ -19,7 +19,8 @@ Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, co
 
 // What validate=True rejects in an alpha, as WeightFlags bits (common/checks.h): the
 // kernels OR these into one status word, only for the elements they see invalid.
-C10_HOST_DEVICE inline uint32_t alpha_flags(double a) {
+template <typename acc_t>  // float or double: no conversion in a float kernel's loop
+C10_HOST_DEVICE inline uint32_t alpha_flags(acc_t a) {
   return a != a ? kWeightNaN : a < 0 ? kWeightNegative : 0u;
 }
 
