@@ -5,6 +5,8 @@
     python3 scripts/profile_cases.py gamma_sizes # standard_gamma vs torch at 2^24 and 2^26, twice
     python3 scripts/profile_cases.py topk        # kernel times of draws without replacement, k = 64
     python3 scripts/profile_cases.py race        # the race (top-k kernel) against the inverse CDF, per shape
+    python3 scripts/profile_cases.py gamma_validate # what validate=True costs, kernel and call
+    python3 scripts/profile_cases.py many        # many draws with replacement: ours, alias tables, torch
 
 `gamma` runs torch_wrs.standard_gamma and torch._standard_gamma once per (dtype, alpha),
 for ncu (which replays each kernel) to see one launch of each.
@@ -143,5 +145,67 @@ def race():
             print(f"| {str(dtype)[6:]} | {rows:,} | {n:,} | " + " | ".join(f"{v:.3f}" for v in t) + " |", flush=True)
 
 
+def gamma_validate():
+    """Where the default call's validation costs: the kernel's own time (torch.profiler)
+    with and without the status word, and whole calls, also validate=False followed by
+    a stream synchronization (what the read back adds at least)."""
+    from torch.profiler import ProfilerActivity, profile
+    print("| n | dtype | alpha | kernel us, validate=False | kernel us, default | call us, validate=False "
+          "| call us, validate=False + sync | call us, default |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for log2n in (20, 24, 26):
+        n = 1 << log2n
+        for dtype in (torch.float32, torch.float64):
+            for a in (1.0001, 4.0):
+                alpha = torch.full((n,), a, device="cuda", dtype=dtype)
+
+                def kernel_us(validate):
+                    for _ in range(3):
+                        torch_wrs.standard_gamma(alpha, validate=validate)
+                    torch.cuda.synchronize()
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        for _ in range(10):
+                            torch_wrs.standard_gamma(alpha, validate=validate)
+                        torch.cuda.synchronize()
+                    times = [e.device_time for e in prof.events() if "gamma" in e.name]
+                    return sorted(times)[len(times) // 2]
+
+                def synced():
+                    torch_wrs.standard_gamma(alpha, validate=False)
+                    torch.cuda.current_stream().synchronize()
+
+                t = [kernel_us(False), kernel_us(True),
+                     event_us(lambda: torch_wrs.standard_gamma(alpha, validate=False), reps=20, warmup=3),
+                     event_us(synced, reps=20, warmup=3),
+                     event_us(lambda: torch_wrs.standard_gamma(alpha), reps=20, warmup=3)]
+                print(f"| 2^{log2n} | {str(dtype)[6:]} | {a} | " + " | ".join(f"{v:.1f}" for v in t) + " |", flush=True)
+
+
+def many():
+    """Whole calls (ms), many draws with replacement: multinomial (its method for the
+    shape) against the alias-table composite (alias_table + alias_sample, what served
+    these shapes before) and torch.multinomial."""
+    gen = torch.Generator("cuda").manual_seed(0)
+    print("| dtype | rows | n | k | ours | alias tables | torch | torch / ours | alias / ours |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    cases = [(rows, n, k) for k in (128, 1024, 1 << 20) for rows in (1, 8, 64, 256, 4096, 65536)
+             for n in (4, 18, 100, 1000, 32_000, 128_256) if rows * k <= 1 << 27 and rows * n <= 1 << 28]
+    for dtype in (torch.float32, torch.float64):
+        for rows, n, k in cases:
+            x = (torch.rand(rows, n, generator=gen, device="cuda", dtype=dtype) + 1e-3)
+
+            def alias():
+                table = torch.ops.wrs.alias_table(x, validate=False)
+                return torch.ops.wrs.alias_sample(table, k, ordered=True, generator=gen)
+
+            t = [event_us(f, reps=15, warmup=2) / 1e3 for f in (
+                lambda: torch_wrs.multinomial(x, k, True, generator=gen),
+                alias,
+                lambda: torch.multinomial(x, k, True, generator=gen))]
+            print(f"| {str(dtype)[6:]} | {rows:,} | {n:,} | {k:,} | " + " | ".join(f"{v:.3f}" for v in t) +
+                  f" | {t[2] / t[0]:.2f} | {t[1] / t[0]:.2f} |", flush=True)
+
+
 if __name__ == "__main__":
-    {"gamma": gamma, "gamma_sizes": gamma_sizes, "topk": topk, "anatomy": anatomy, "race": race}[sys.argv[1]]()
+    {"gamma": gamma, "gamma_sizes": gamma_sizes, "topk": topk, "anatomy": anatomy, "race": race,
+     "many": many, "gamma_validate": gamma_validate}[sys.argv[1]]()
