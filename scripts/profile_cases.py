@@ -7,6 +7,7 @@
     python3 scripts/profile_cases.py race        # the race (top-k kernel) against the inverse CDF, per shape
     python3 scripts/profile_cases.py gamma_validate # what validate=True costs, kernel and call
     python3 scripts/profile_cases.py many        # many draws with replacement: ours, alias tables, torch
+    python3 scripts/profile_cases.py tiny        # one draw from many rows of a few items, per method
 
 `gamma` runs torch_wrs.standard_gamma and torch._standard_gamma once per (dtype, alpha),
 for ncu (which replays each kernel) to see one launch of each.
@@ -205,7 +206,26 @@ def many():
             print(f"| {str(dtype)[6:]} | {rows:,} | {n:,} | {k:,} | " + " | ".join(f"{v:.3f}" for v in t) +
                   f" | {t[2] / t[0]:.2f} | {t[1] / t[0]:.2f} |", flush=True)
 
+def tiny():
+    """Whole calls (ms), one draw from many rows of 2 to 18 items: multinomial's choice
+    for k = 1, against two draws by each candidate method (without replacement: the
+    thread per row of race keys; with it: warp rows) and torch.multinomial, k = 1."""
+    gen = torch.Generator("cuda").manual_seed(0)
+    print("| dtype | rows | n | ours, k = 1 | thread race, k = 2 | warp rows, k = 2 | torch, k = 1 | torch / ours |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows in (65_536, 1 << 20):
+            for n in (2, 4, 6, 8, 9, 12, 16, 18):
+                x = (torch.rand(rows, n, generator=gen, device="cuda") + 1e-3).to(dtype)
+                t = [event_us(f, reps=30, warmup=3) / 1e3 for f in (
+                    lambda: torch_wrs.multinomial(x, 1, True, generator=gen),
+                    lambda: torch_wrs.multinomial(x, 2, False, generator=gen),
+                    lambda: torch_wrs.multinomial(x, 2, True, generator=gen),
+                    lambda: torch.multinomial(x, 1, True, generator=gen))]
+                print(f"| {str(dtype)[6:]} | {rows:,} | {n} | " + " | ".join(f"{v:.3f}" for v in t) +
+                      f" | {t[3] / t[0]:.2f} |", flush=True)
+
 
 if __name__ == "__main__":
     {"gamma": gamma, "gamma_sizes": gamma_sizes, "topk": topk, "anatomy": anatomy, "race": race,
-     "many": many, "gamma_validate": gamma_validate}[sys.argv[1]]()
+     "many": many, "gamma_validate": gamma_validate, "tiny": tiny}[sys.argv[1]]()

@@ -367,6 +367,28 @@ def test_gpu_one_pass_law_per_row_length(n, dtype, k):
 
 
 @requires_cuda
+@pytest.mark.parametrize("n,dtype", [(2, torch.float32), (5, torch.bfloat16), (8, torch.float64), (9, torch.float16)])
+def test_gpu_one_draw_from_tiny_rows_law(n, dtype):
+    """One draw from rows of up to 8 items takes the race, a thread per row (9 items the
+    warp rows): 1e7 draws pooled over identical rows, from probabilities and from logits."""
+    g = torch.Generator().manual_seed(70 + n)
+    w = (torch.rand(n, generator=g, dtype=torch.float64) + 0.05).to(dtype)
+    w[n // 2] = 0
+    rows = 1_000_003
+    gen = torch.Generator("cuda").manual_seed(71)
+    x = w.cuda().expand(rows, n).contiguous()
+    counts = sum(torch.bincount(torch_wrs.multinomial(x, 1, True, generator=gen).reshape(-1), minlength=n)
+                 for _ in range(10))
+    assert counts[n // 2] == 0
+    assert g_test_pvalue(counts, w.double()) > P_MIN
+    logits = w.double().log().to(dtype).cuda().expand(rows, n).contiguous()
+    counts = sum(torch.bincount(torch_wrs.sample_logits(logits, generator=gen).reshape(-1), minlength=n)
+                 for _ in range(10))
+    assert counts[n // 2] == 0
+    assert g_test_pvalue(counts, torch.softmax(logits[0].double(), -1).cpu()) > P_MIN
+
+
+@requires_cuda
 @pytest.mark.parametrize("n", [4, 18, 32])
 def test_gpu_short_rows_in_slices_law(n):
     """Short rows with more than 64 samples: a row's samples cut into slices over warps

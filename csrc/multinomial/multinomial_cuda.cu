@@ -19,6 +19,9 @@ namespace {
 //
 // | replacement      | shape (n items per row, k draws)       | method              | why                                              |
 // | ---------------- | -------------------------------------- | ------------------- | ------------------------------------------------ |
+// | k = 1            | n <= 8                                 | thread top-k (race) | a thread per row of a few items: warp rows give  |
+// |                  |                                        |                     | a row 8 lanes and reduce over them (2^20 x 4:    |
+// |                  |                                        |                     | 0.23 ms, a thread per row about half of that)    |
 // | yes, or k = 1    | n <= 1,024 (float64: 512), k <= 64;    | warp rows           | one read; 8-32 lanes per row share the per-row   |
 // |                  | n <= 32, k <= 1,024, rows x k <= 2^18  |                     | reductions and scale, and beyond 8 samples       |
 // |                  |                                        |                     | search for one each; more samples are cut into   |
@@ -41,7 +44,7 @@ namespace {
 // |                  |                                        |                     | keys), k + 64 of them reordered by float64 key   |
 //
 // One draw without replacement is one draw with it, so k = 1 takes the with-replacement
-// rows, and one draw from logits may take the race (laws.h: its law is within 2^-49 of
+// rows (or the race, for rows of a few items), and one draw from logits may take the race (laws.h: its law is within 2^-49 of
 // the exact one in total variation, the quantized law's within 2^-33). For probabilities
 // the race costs more than the inverse CDF at every measured shape (its Philox block and
 // float bound per item against two cheap reads). Thresholds are measured
@@ -49,8 +52,10 @@ namespace {
 enum class Method { kWarpRows, kInverseCdf, kAliasTables, kThreadTopK, kTopK, kKeysTopK };
 
 constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
+constexpr int64_t kRaceThreadRowsUpTo = 8;
 
 Method choose(const Request& r) {
+  if (r.k == 1 && r.n <= kRaceThreadRowsUpTo) return Method::kThreadTopK;
   if (r.replacement || r.k == 1) {
     if (warp_rows_serve(r.rows, r.n, r.k, r.x.scalar_type() == at::kDouble)) return Method::kWarpRows;
     if (r.k == 1 && r.logits && r.rows * r.n >= kLogitRaceFromItems) return Method::kTopK;
