@@ -44,10 +44,11 @@ namespace {
 // |                  |                                        |                     | keys), k + 64 of them reordered by float64 key   |
 //
 // One draw without replacement is one draw with it, so k = 1 takes the with-replacement
-// rows (or the race, for rows of a few items), and one draw from logits may take the race (laws.h: its law is within 2^-49 of
-// the exact one in total variation, the quantized law's within 2^-33). For probabilities
-// the race costs more than the inverse CDF at every measured shape (its Philox block and
-// float bound per item against two cheap reads). Thresholds are measured
+// rows (rows of a few items take the race, a thread per row), and one draw from logits may
+// take the race (laws.h: its law is within 2^-49 of the exact one in total variation, the
+// quantized law's within 2^-33). For probabilities in longer rows the race costs more than
+// the inverse CDF at every measured shape (its Philox block and float bound per item
+// against two cheap reads). Thresholds are measured
 // (docs/benchmarks.md, the sweep; scripts/profile_cases.py race).
 enum class Method { kWarpRows, kInverseCdf, kAliasTables, kThreadTopK, kTopK, kKeysTopK };
 
