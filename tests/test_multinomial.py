@@ -181,7 +181,7 @@ def test_gpu_one_pass_law_1e8():
 @pytest.mark.parametrize("shape,k,replacement", [((8, 10), 2, True), ((4, 128_256), 1, True), ((2, 50_000), 8, False),
                                                  ((3000, 300), 50, False), ((16, 5000), 100, True),
                                                  ((4, 1000), 300, True), ((5, 400), 80, False),
-                                                 ((5000, 20), 4, False)])
+                                                 ((5000, 20), 4, False), ((2, 50_000), 40, False)])
 def test_gpu_graph_capture_and_replay(shape, k, replacement):
     """Every CUDA method captures (no host read while capturing) and replays with fresh draws."""
     w = torch.rand(shape, device="cuda") ** 2
@@ -201,7 +201,7 @@ def test_gpu_graph_capture_and_replay(shape, k, replacement):
 
 
 @requires_cuda
-@pytest.mark.parametrize("n", [600, 3000])
+@pytest.mark.parametrize("n", [600, 3000, 12_000])
 def test_gpu_invalid_input_under_capture_stays_in_range(n):
     """Under capture nothing raises; invalid rows still give in-range indices."""
     w = torch.rand(6, n, device="cuda")
@@ -209,7 +209,7 @@ def test_gpu_invalid_input_under_capture_stays_in_range(n):
     w[2, 5] = float("nan")
     w[3, 7] = -1
     w[4, :] = float("inf")
-    for k, replacement in ((1, True), (4, True), (100, True), (3, False), (70, False)):
+    for k, replacement in ((1, True), (4, True), (100, True), (3, False), (40, False), (70, False)):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             s = torch_wrs.multinomial(w, k, replacement)
@@ -316,6 +316,36 @@ def test_gpu_warp_topk_equals_the_keys_and_torch_topk(rows, n, dtype):
         reference = torch_wrs.multinomial(x, 65, False, generator=torch.Generator("cuda").manual_seed(5))
         ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(5))
         assert torch.equal(ours, reference[:, :k]), k
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", ["run", "sparse", "geometric", "flat"])
+@pytest.mark.parametrize("k", [33, 50, 64])
+def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k):
+    """Long rows, 32 < k <= 64 without replacement, take two passes: each chunk's largest
+    key, then only the k chunks with the largest. Layouts where one chunk holds several of
+    the top k (a run of heavy items), where most chunks are all zero (70 nonzero items,
+    some adjacent), where the keys fall along the row, or where all weights are equal,
+    draw exactly the first k of the keys that every-key-and-torch.topk ranks."""
+    rows, n = 3, 300_000
+    g = torch.Generator().manual_seed(k)
+    if layout == "run":
+        w = torch.rand(rows, n, generator=g) * 1e-6
+        w[:, 150_000:150_080] += 1 + torch.rand(rows, 80, generator=g)
+    elif layout == "sparse":
+        w = torch.zeros(rows, n)
+        at = torch.cat([torch.randint(n - 1, (rows, 60), generator=g), torch.arange(5000, 5010).expand(rows, 10)], 1)
+        w.scatter_(1, at, torch.rand(rows, 70, generator=g) + 0.5)
+        w[:, 5000:5010] += torch.rand(rows, 10, generator=g)  # the run above: nonzero whatever scatter did
+    elif layout == "geometric":
+        w = 0.999 ** torch.arange(n, dtype=torch.float64).expand(rows, n)
+    else:
+        w = torch.ones(rows, n)
+    x = w.float().cuda()
+    assert ((x > 0).sum(-1) >= 65).all()
+    reference = torch_wrs.multinomial(x, 65, False, generator=torch.Generator("cuda").manual_seed(9))
+    ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(9))
+    assert torch.equal(ours, reference[:, :k])
 
 
 @requires_cuda
@@ -433,16 +463,16 @@ def test_gpu_without_replacement_first_two_draws(n, k):
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n", [(4096, 5000), (3, 200_000), (100_000, 20)])
-def test_gpu_without_replacement_errors_per_row(rows, n):
+@pytest.mark.parametrize("rows,n,k", [(4096, 5000, 8), (3, 200_000, 8), (100_000, 20, 8), (3, 200_000, 40)])
+def test_gpu_without_replacement_errors_per_row(rows, n, k):
     w = torch.rand(rows, n, device="cuda")
     r = rows // 2
-    w[r, 7:] = 0  # 7 nonzero: too few for 8 draws
+    w[r, 7:] = 0  # 7 nonzero: too few for k draws
     with pytest.raises(RuntimeError, match="not enough non-zero categories"):
-        torch_wrs.multinomial(w, 8, False)
+        torch_wrs.multinomial(w, k, False)
     w[r] = 0
     with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
-        torch_wrs.multinomial(w, 8, False)
+        torch_wrs.multinomial(w, k, False)
     w[r, 9] = float("inf")
     with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
-        torch_wrs.multinomial(w, 8, False)
+        torch_wrs.multinomial(w, k, False)

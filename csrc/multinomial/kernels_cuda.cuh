@@ -57,6 +57,16 @@ void flag_rows(const DrawCall& call);
 // chunks are then merged.
 constexpr int64_t kMaxTopK = 64;
 void draw_topk(const DrawCall& call);
+// The same draws in two passes over long rows: each chunk's largest key first; then only
+// the k chunks with the largest, which hold the top k. For 32 < k <= kMaxTopK (two-slot
+// lists, whose admissions cost one pass the most), n >= kTwoPassItemsPerDraw k (at least k
+// chunks), and rows <= kTwoPassShortRowsUpTo or n >= kTwoPassLongRowsFrom k (4,096 x
+// 32,000, k = 64: the second pass reads half of each row, and one pass is faster).
+constexpr int64_t kTwoPassItemsPerDraw = 256;
+constexpr int64_t kTwoPassShortRowsUpTo = 256;
+constexpr int64_t kTwoPassLongRowsFrom = 2048;
+bool two_pass_serves(int64_t rows, int64_t n, int64_t k);
+void draw_two_pass_topk(const DrawCall& call);
 // Short rows, few draws: a thread per row, the same keys and draws as draw_topk.
 constexpr int64_t kMaxThreadRow = 32;
 constexpr int kMaxThreadRowSamples = 8;

@@ -8,6 +8,11 @@
 // merge) rather than one at a time. A long row's chunks leave their top k in scratch and
 // a second kernel merges them, one block per row.
 //
+// Two passes serve long rows and 32 < k <= 64 (launch_two_pass): a first finds each
+// chunk's largest key, the way one draw does (few keys admitted); the k chunks with the
+// largest hold the row's top k, and the k-th of those keys bounds it from below, so a
+// second pass reads only those chunks, and admits almost nothing below the bound.
+//
 // The stream is the hot loop, so it does the least per item: each lane takes 8 items a
 // trip, a float bound on each key (from the high 32 bits of its E) rules out the items
 // that could not be admitted, and only the rest draw their low 32 bits and take the
@@ -39,6 +44,7 @@ template <int SLOTS>
 constexpr int kSlotsTotal = kWarp * SLOTS;  // a warp list's length
 constexpr int64_t kItemsPerWarp = 2048;  // about this many items per warp of a row or chunk
 constexpr int kBatchFrom = 4;  // admitted keys in one trip from which one batch merge is cheaper
+constexpr int64_t kChunksPerDraw = 8;  // the two-pass top-k's chunks per row, per draw, where rows allow
 
 // A warp's best (key, index) so far: rank r = s * 32 + lane is held in slot s of lane `lane`.
 template <int SLOTS>
@@ -244,6 +250,54 @@ __device__ inline bool surely_below(const LogitWeights& w, double v, uint32_t hi
   return vt + minus_log_e + margin < tf;
 }
 
+// An upper bound of E from the high word of its 64 bits: E <= -log(hi 2^-32), in float,
+// grown by 2^-12 relative and 2^-20 absolute past the errors e_below allows for; infinite
+// for hi = 0.
+__device__ inline float e_above(uint32_t hi) {
+  if (hi == 0) return INFINITY;
+  return -__logf(static_cast<float>(hi) * 0x1.0p-32f) * (1.0f + 0x1.0p-12f) + 0x1.0p-20f;
+}
+
+// A float strictly below the exact key of item value v with E drawn from high word `hi`
+// (the margins of surely_below's), or -INFINITY.
+__device__ inline float key_below(const ProbWeights&, double v, uint32_t hi) {
+  const float vf = static_cast<float>(v);
+  if (!(vf >= FLT_MIN && vf <= 1e30f)) return -INFINITY;
+  return vf / e_above(hi) * (1.0f - 0x1.0p-12f);
+}
+__device__ inline float key_below(const LogitWeights& w, double v, uint32_t hi) {
+  const float vt = static_cast<float>(v) * static_cast<float>(w.inv_temperature);
+  const float e = e_above(hi);
+  if (!(fabsf(vt) <= 1e30f && e <= 1e30f)) return -INFINITY;
+  const float minus_log_e = -__logf(e);  // <= -log E, up to __logf's error
+  return vt + minus_log_e - ((fabsf(vt) + fabsf(minus_log_e)) * 0x1.0p-16f + 0x1.0p-16f);
+}
+
+// One draw's first trip of a stretch: the largest float bound below the trip's keys (one
+// extra Philox block per quad). Starting from it, quad_keys's float bound rules out all
+// but the few items that could beat it, where a running maximum grown from nothing would
+// take the low word and float64 log of most of the trip's items.
+template <typename scalar_t, typename Weights>
+__device__ double trip_key_floor(const scalar_t* xr, int64_t n, int64_t base, int64_t q_end, uint64_t row_sub,
+                                 const Weights& wts, const PhiloxSeed& seed, int lane) {
+  float best = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kQuadsPerLane; ++j) {
+    const int64_t q = base + j * kWarp + lane;
+    if (q >= q_end) continue;
+    const uint4 high = philox_block_cuda(seed, row_sub + q);
+    const uint32_t hi[4] = {high.x, high.y, high.z, high.w};
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      if (4 * q + h < n) best = fmaxf(best, key_below(wts, static_cast<double>(xr[4 * q + h]), hi[h]));
+    }
+  }
+  // Floats as unsigned integers in the same order, for the warp's max.
+  const uint32_t b = __float_as_uint(best);
+  const uint32_t top = __reduce_max_sync(kFullMask, b >> 31 ? ~b : b | 0x80000000u);
+  return static_cast<double>(__uint_as_float(top >> 31 ? top & 0x7fffffffu : ~top));
+}
+
 // A trip's candidates per warp: keys and their items' offsets from the trip's first item.
 struct TripStage {
   double key[kWarpsPerBlock][kTripItems];
@@ -272,20 +326,48 @@ __device__ void save(const WarpTop<SLOTS>& top, int warp, int lane, Lists<SLOTS>
   }
 }
 
-// Warps [first, first + count) of the block hold one list each in `lists`; the calling
-// warp (first) merges the others into its own.
+// Merges the lists of each group of `count` warps (a power of two; warp w is part
+// w % count of its group) into the group's first warp's `top`: in log2(count) rounds,
+// part p takes in part p + stride's list, so that 8 warps take 3 merges' time, not 7.
+// Every thread of the block calls it, after save(); `lists` then holds stale lists.
 template <int SLOTS>
-__device__ void merge_warps(WarpTop<SLOTS>& top, int first, int count, int k, int lane, double none,
-                            const Lists<SLOTS>& lists) {
-  for (int w = first + 1; w < first + count; ++w) {
-    double key[SLOTS];
-    int64_t index[SLOTS];
+__device__ void merge_warps(WarpTop<SLOTS>& top, int warp, int count, int k, int lane, double none,
+                            Lists<SLOTS>& lists) {
+  const int part = warp % count;
+  for (int stride = 1; stride < count; stride *= 2) {
+    __syncthreads();  // the lists of the round before are saved
+    const bool merges = part % (2 * stride) == 0;
+    if (merges) {
+      double key[SLOTS];
+      int64_t index[SLOTS];
+#pragma unroll
+      for (int s = 0; s < SLOTS; ++s) {
+        key[s] = lists.key[warp + stride][s][lane];
+        index[s] = lists.index[warp + stride][s][lane];
+      }
+      top.offer_all(key, index, k, lane, none);
+    }
+    __syncthreads();  // every list of this round is read
+    if (merges) save(top, warp, lane, lists);
+  }
+}
+
+// Offers a run of `count` candidates (keys and indices) to the warp's list, 32 * SLOTS a
+// trip; warp w of the block takes trips w, w + 8, ...: one load per trip, all loads of a
+// warp independent of its merges' results.
+template <int SLOTS>
+__device__ void offer_run(WarpTop<SLOTS>& top, const double* key, const int64_t* index, int64_t count, int k,
+                          int warp, int lane, double none, double floor) {
+  for (int64_t first = warp * kSlotsTotal<SLOTS>; first < count; first += kThreads * SLOTS) {
+    double cand[SLOTS];
+    int64_t cand_index[SLOTS];
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
-      key[s] = lists.key[w][s][lane];
-      index[s] = lists.index[w][s][lane];
+      const int64_t c = first + s * kWarp + lane;
+      cand[s] = c < count ? key[c] : none;
+      cand_index[s] = c < count ? index[c] : 0;
     }
-    top.offer_all(key, index, k, lane, none);
+    top.offer_all(cand, cand_index, k, lane, none, floor);
   }
 }
 
@@ -326,38 +408,42 @@ __device__ void quad_keys(const scalar_t* xr, int64_t n, int64_t q, uint64_t sub
   }
 }
 
-// A block serves kWarpsPerBlock / warps_per_row rows (chunks == 1), or chunk
-// blockIdx.x % chunks of row blockIdx.x / chunks with all its warps. The rows' (or
-// chunks') top k go to `out` (chunks == 1) or to the candidate lists, with their stats.
+// Work comes in units of warps_per_unit warps each (a block serves kWarpsPerBlock /
+// warps_per_unit of them): a whole row (units_per_row == 1), whose top k go to `out`; or a
+// chunk of unit_quads quads of a row (unit u of row u / units_per_row: chunk
+// u % units_per_row, or unit_chunk[u] where given), whose top k go to the candidate lists
+// and its stats to `stats` (where given). Units of a row share the floor in
+// row_floor_bits (where given: zeroed, or seeded by the launch).
 template <typename scalar_t, typename Weights, int SLOTS>
 __global__ void __launch_bounds__(kThreads)
-    topk_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, int warps_per_row, int64_t chunks,
-                int64_t chunk_quads, Weights wts, at::PhiloxCudaState philox, int64_t* out, double* cand_key,
-                int64_t* cand_index, ChunkStats* stats, unsigned long long* row_floor_bits, uint32_t* status) {
+    topk_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, int warps_per_unit, int64_t units_per_row,
+                int64_t unit_quads, const int64_t* unit_chunk, Weights wts, at::PhiloxCudaState philox, int64_t* out,
+                double* cand_key, int64_t* cand_index, ChunkStats* stats, unsigned long long* row_floor_bits,
+                uint32_t* status) {
   __shared__ Lists<SLOTS> lists;
-  __shared__ unsigned long long floor_bits[kWarpsPerBlock];  // per row (or chunk) of the block
+  __shared__ unsigned long long floor_bits[kWarpsPerBlock];  // per unit of the block
   __shared__ TripStage stage;
   const int warp = threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
-  const int local_row = warp / warps_per_row;
-  const int part = warp % warps_per_row;
+  const int local_unit = warp / warps_per_unit;
+  const int part = warp % warps_per_unit;
   if (threadIdx.x < kWarpsPerBlock) floor_bits[threadIdx.x] = 0;
   __syncthreads();
-  const SharedFloor floor{&floor_bits[local_row]};
-  // A long row's chunks also share one floor in global memory (zeroed by the launch).
-  const SharedFloor row_floor{row_floor_bits == nullptr ? nullptr : row_floor_bits + blockIdx.x / chunks};
-  const int64_t row = chunks == 1 ? blockIdx.x * static_cast<int64_t>(kWarpsPerBlock / warps_per_row) + local_row
-                                  : blockIdx.x / chunks;
-  const int64_t chunk = chunks == 1 ? 0 : blockIdx.x % chunks;
+  const SharedFloor floor{&floor_bits[local_unit]};
+  const int64_t unit = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock / warps_per_unit) + local_unit;
+  const bool held = unit < rows * units_per_row;
+  const int64_t row = unit / units_per_row;
+  const SharedFloor row_floor{row_floor_bits == nullptr ? nullptr : row_floor_bits + row};
   WarpTop<SLOTS> top(Weights::kNone);
   uint32_t flags = 0;
   unsigned long long nonzero = 0;
-  if (row < rows) {
+  if (held) {
+    const int64_t chunk = units_per_row == 1 ? 0 : unit_chunk != nullptr ? unit_chunk[unit] : unit % units_per_row;
     const scalar_t* xr = x + row * n;
     const int64_t quads = (n + 3) / 4;
-    const int64_t c_begin = chunk * chunk_quads;
-    const int64_t c_end = min(quads, c_begin + chunk_quads);
-    const int64_t per_warp = (c_end - c_begin + warps_per_row - 1) / warps_per_row;
+    const int64_t c_begin = chunk * unit_quads;
+    const int64_t c_end = min(quads, c_begin + unit_quads);
+    const int64_t per_warp = (c_end - c_begin + warps_per_unit - 1) / warps_per_unit;
     const int64_t q_begin = c_begin + part * per_warp;
     const int64_t q_end = min(c_end, q_begin + per_warp);
     const PhiloxSeed seed = philox_seed(philox);
@@ -368,7 +454,12 @@ __global__ void __launch_bounds__(kThreads)
       double shared = 0.0;
       if (lane == 0) shared = row_floor.bits == nullptr ? floor.read() : fmax(floor.read(), row_floor.read());
       shared = __shfl_sync(kFullMask, shared, 0);
-      const double beat = fmax(kth, shared);
+      double beat = fmax(kth, shared);
+      if constexpr (SLOTS == 1) {  // not compiled into two-slot lists' kernels (their registers)
+        if (k == 1 && base == q_begin) {
+          beat = fmax(beat, trip_key_floor(xr, n, base, q_end, static_cast<uint64_t>(row * quads), wts, seed, lane));
+        }
+      }
       double key[kQuadsPerLane][4];
       int mine = 0;  // the lane's candidates: keys above `beat`
 #pragma unroll
@@ -431,14 +522,13 @@ __global__ void __launch_bounds__(kThreads)
     lists.nonzero[warp] = nonzero;
     lists.flags[warp] = flags;
   }
-  __syncthreads();
-  if (row >= rows || part != 0) return;
-  merge_warps(top, warp, warps_per_row, static_cast<int>(k), lane, Weights::kNone, lists);
-  for (int w = warp + 1; w < warp + warps_per_row; ++w) {
+  merge_warps(top, warp, warps_per_unit, static_cast<int>(k), lane, Weights::kNone, lists);
+  if (!held || part != 0) return;
+  for (int w = warp + 1; w < warp + warps_per_unit; ++w) {
     nonzero += lists.nonzero[w];
     flags |= lists.flags[w];
   }
-  if (chunks == 1) {
+  if (units_per_row == 1) {
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
       if (s * kWarp + lane < k) out[row * k + s * kWarp + lane] = top.index[s];
@@ -453,17 +543,47 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) {
     if (s * kWarp + lane < k) {
-      cand_key[blockIdx.x * k + s * kWarp + lane] = top.key[s];
-      cand_index[blockIdx.x * k + s * kWarp + lane] = top.index[s];
+      cand_key[unit * k + s * kWarp + lane] = top.key[s];
+      cand_index[unit * k + s * kWarp + lane] = top.index[s];
     }
   }
-  if (lane == 0) stats[blockIdx.x] = ChunkStats{nonzero, flags};
+  if (lane == 0 && stats != nullptr) stats[unit] = ChunkStats{nonzero, flags};
 }
 
-// One block per row: warp w merges chunks w, w + 8, ...; then warp 0 merges the warps.
+// Sums a row's stats (a block per row) into the flags of the row: value flags, a zero
+// sum, fewer than k nonzero weights. Every thread calls it; the result is thread 0's.
+template <int SLOTS>
+__device__ uint32_t row_flags_of(const ChunkStats* stats, int64_t count, int64_t k, int warp, int lane,
+                                 Lists<SLOTS>& lists) {
+  unsigned long long nonzero = 0;
+  uint32_t flags = 0;
+  for (int64_t c = threadIdx.x; c < count; c += kThreads) {
+    nonzero += stats[c].nonzero;
+    flags |= stats[c].flags;
+  }
+  flags = __reduce_or_sync(kFullMask, flags);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) nonzero += __shfl_xor_sync(kFullMask, nonzero, offset);
+  if (lane == 0) {
+    lists.nonzero[warp] = nonzero;
+    lists.flags[warp] = flags;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return 0;
+  for (int w = 1; w < kWarpsPerBlock; ++w) {
+    nonzero += lists.nonzero[w];
+    flags |= lists.flags[w];
+  }
+  if (nonzero == 0) flags |= kRowZeroSum;
+  if (nonzero < static_cast<unsigned long long>(k)) flags |= kTooFewNonzero;
+  return flags;
+}
+
+// A block per row merges its `lists_per_row` lists of k candidates (one run, offer_run),
+// then the warps' lists; with the lists' stats (where given: else the row's flags are
+// taken already).
 template <typename Weights, int SLOTS>
 __global__ void __launch_bounds__(kThreads)
-    merge_chunks_kernel(int64_t k, int64_t chunks, const double* cand_key, const int64_t* cand_index,
+    merge_chunks_kernel(int64_t k, int64_t lists_per_row, const double* cand_key, const int64_t* cand_index,
                         const ChunkStats* stats, const unsigned long long* row_floor_bits, int64_t* out,
                         uint32_t* status) {
   __shared__ Lists<SLOTS> lists;
@@ -475,44 +595,50 @@ __global__ void __launch_bounds__(kThreads)
   // to it is held by the chunk that published it), so candidates below it can be passed
   // over: most of the chunks' lists.
   const double floor = ::nextafter(from_ordered_bits(row_floor_bits[row]), -INFINITY);
-  unsigned long long nonzero = 0;
-  uint32_t flags = 0;
-  for (int64_t c = warp; c < chunks; c += kWarpsPerBlock) {
-    const int64_t list = row * chunks + c;
-    double key[SLOTS];
-    int64_t index[SLOTS];
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-      const int64_t r = s * kWarp + lane;
-      const bool held = r < k;
-      key[s] = held ? cand_key[list * k + r] : Weights::kNone;
-      index[s] = held ? cand_index[list * k + r] : 0;
-    }
-    top.offer_all(key, index, static_cast<int>(k), lane, Weights::kNone, floor);
-    nonzero += stats[list].nonzero;
-    flags |= stats[list].flags;
-  }
+  const int64_t run = lists_per_row * k;
+  offer_run(top, cand_key + row * run, cand_index + row * run, run, static_cast<int>(k), warp, lane, Weights::kNone,
+            floor);
+  const uint32_t flags =
+      stats == nullptr ? 0 : row_flags_of(stats + row * lists_per_row, lists_per_row, k, warp, lane, lists);
+  if (threadIdx.x == 0 && flags) atomicOr(status, flags);
   save(top, warp, lane, lists);
-  if (lane == 0) {
-    lists.nonzero[warp] = nonzero;
-    lists.flags[warp] = flags;
-  }
-  __syncthreads();
+  merge_warps(top, warp, kWarpsPerBlock, static_cast<int>(k), lane, Weights::kNone, lists);
   if (warp != 0) return;
-  merge_warps(top, 0, kWarpsPerBlock, static_cast<int>(k), lane, Weights::kNone, lists);
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) {
     if (s * kWarp + lane < k) out[row * k + s * kWarp + lane] = top.index[s];
   }
-  if (lane == 0) {
-    for (int w = 1; w < kWarpsPerBlock; ++w) {
-      nonzero += lists.nonzero[w];
-      flags |= lists.flags[w];
-    }
-    if (nonzero == 0) flags |= kRowZeroSum;
-    if (nonzero < static_cast<unsigned long long>(k)) flags |= kTooFewNonzero;
-    if (flags) atomicOr(status, flags);
+}
+
+// Between the two passes of draw_two_pass_topk, a block per row: the k largest of its
+// chunks' largest keys. Their chunks hold the row's top k (were a top-k key's chunk not
+// among them, k chunks would hold keys above it), and the k-th of them bounds the row's
+// k-th key from below: the chunks (in `pick`) become the second pass's, the bound (less
+// one ulp: the key equal to it is drawn) the row's floor. The row's flags come from the
+// first pass's stats of all its chunks.
+template <typename Weights, int SLOTS>
+__global__ void __launch_bounds__(kThreads)
+    select_chunks_kernel(int64_t k, int64_t chunks, int64_t chunk_items, const double* max_key,
+                         const int64_t* max_index, const ChunkStats* stats, int64_t* pick,
+                         unsigned long long* row_floor_bits, uint32_t* status) {
+  __shared__ Lists<SLOTS> lists;
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = blockIdx.x;
+  WarpTop<SLOTS> top(Weights::kNone);
+  offer_run(top, max_key + row * chunks, max_index + row * chunks, chunks, static_cast<int>(k), warp, lane,
+            Weights::kNone, -INFINITY);
+  const uint32_t flags = row_flags_of(stats + row * chunks, chunks, k, warp, lane, lists);
+  if (threadIdx.x == 0 && flags) atomicOr(status, flags);
+  save(top, warp, lane, lists);
+  merge_warps(top, warp, kWarpsPerBlock, static_cast<int>(k), lane, Weights::kNone, lists);
+  if (warp != 0) return;
+#pragma unroll
+  for (int s = 0; s < SLOTS; ++s) {
+    if (s * kWarp + lane < k) pick[row * k + s * kWarp + lane] = top.index[s] / chunk_items;
   }
+  const double kth = top.at_rank(static_cast<int>(k) - 1);
+  if (lane == 0) row_floor_bits[row] = kth > Weights::kNone ? ordered_bits(::nextafter(kth, -INFINITY)) : 0;
 }
 
 // Race keys of every item, quad q of row r from Philox subsequence r * quads + q, as
@@ -676,20 +802,25 @@ Split split(int64_t rows, int64_t n, int64_t resident_blocks) {
 }
 
 template <typename scalar_t, typename Weights, int SLOTS>
-void launch(const DrawCall& call, const Weights& wts) {
-  static const int64_t resident_blocks = [] {
+int64_t resident_blocks() {
+  static const int64_t blocks = [] {
     int per_sm = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, topk_kernel<scalar_t, Weights, SLOTS>,
                                                                  kThreads, 0));
     return static_cast<int64_t>(std::max(per_sm, 1)) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   }();
-  const auto [warps, chunks] = split(call.rows, call.n, resident_blocks);
+  return blocks;
+}
+
+template <typename scalar_t, typename Weights, int SLOTS>
+void launch(const DrawCall& call, const Weights& wts) {
+  const auto [warps, chunks] = split(call.rows, call.n, resident_blocks<scalar_t, Weights, SLOTS>());
   const scalar_t* x = call.x.const_data_ptr<scalar_t>();
   const int64_t quads = (call.n + 3) / 4;
   if (chunks == 1) {
     topk_kernel<scalar_t, Weights, SLOTS><<<ceil_div(call.rows, kWarpsPerBlock / warps), kThreads, 0, call.stream>>>(
-        x, call.rows, call.n, call.k, warps, 1, quads, wts, call.philox, call.out, nullptr, nullptr, nullptr, nullptr,
-        call.status);
+        x, call.rows, call.n, call.k, warps, 1, quads, nullptr, wts, call.philox, call.out, nullptr, nullptr, nullptr,
+        nullptr, call.status);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
@@ -700,20 +831,79 @@ void launch(const DrawCall& call, const Weights& wts) {
           keep, call.x.options(), {blocks * call.k, blocks * call.k, blocks, call.rows});
   C10_CUDA_CHECK(cudaMemsetAsync(row_floor_bits, 0, call.rows * sizeof(unsigned long long), call.stream));
   topk_kernel<scalar_t, Weights, SLOTS><<<blocks, kThreads, 0, call.stream>>>(
-      x, call.rows, call.n, call.k, kWarpsPerBlock, chunks, ceil_div(quads, chunks), wts, call.philox, call.out,
-      cand_key, cand_index, stats, row_floor_bits, call.status);
+      x, call.rows, call.n, call.k, kWarpsPerBlock, chunks, ceil_div(quads, chunks), nullptr, wts, call.philox,
+      call.out, cand_key, cand_index, stats, row_floor_bits, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   merge_chunks_kernel<Weights, SLOTS><<<call.rows, kThreads, 0, call.stream>>>(
       call.k, chunks, cand_key, cand_index, stats, row_floor_bits, call.out, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename scalar_t, typename Weights>
-void launch_for_k(const DrawCall& call, const Weights& wts) {
-  if (call.k <= kWarp) {
-    launch<scalar_t, Weights, 1>(call, wts);
+// The two-pass top-k's chunks: kChunksPerDraw k per row where rows are long enough
+// (the second pass then reads an eighth of the row), of kTripItems to kItemsPerWarp *
+// kWarpsPerBlock items (a warp's trip; a block's 8 warps' stretches), kTripItems apart.
+struct Chunking {
+  int64_t quads;  // per chunk
+  int64_t chunks;  // per row
+  int warps;      // per chunk
+};
+
+Chunking chunking(int64_t n, int64_t k) {
+  const int64_t items = std::clamp<int64_t>(n / (kChunksPerDraw * k), kTripItems, kItemsPerWarp * kWarpsPerBlock);
+  const int64_t quads = items / kTripItems * kTripItems / 4;
+  int warps = 1;
+  while (warps < kWarpsPerBlock && 4 * quads > kItemsPerWarp * warps) warps *= 2;
+  return {quads, ceil_div((n + 3) / 4, quads), warps};
+}
+
+// Pass 1: each chunk's largest key and index (one draw's race in each chunk: few keys
+// admitted), with its stats. select_chunks_kernel: the k chunks with the largest, the
+// bound, the rows' flags. Pass 2: the top k of each of those chunks only, above the bound
+// (almost every key it draws the float bound rules out; almost none admitted). Then a
+// block per row merges their lists.
+template <typename scalar_t, typename Weights, int SLOTS>
+void launch_two_pass(const DrawCall& call, const Weights& wts) {
+  const auto [chunk_quads, chunks, warps] = chunking(call.n, call.k);
+  TORCH_INTERNAL_ASSERT(chunks >= call.k);
+  const int64_t units = call.rows * chunks;
+  const int64_t lists = call.rows * call.k;
+  at::Tensor keep;
+  const auto [max_key, max_index, stats, pick, row_floor_bits, cand_key, cand_index] =
+      scratch_arrays<double, int64_t, ChunkStats, int64_t, unsigned long long, double, int64_t>(
+          keep, call.x.options(), {units, units, units, lists, call.rows, lists * call.k, lists * call.k});
+  const scalar_t* x = call.x.const_data_ptr<scalar_t>();
+  topk_kernel<scalar_t, Weights, 1><<<ceil_div(units, kWarpsPerBlock / warps), kThreads, 0, call.stream>>>(
+      x, call.rows, call.n, /*k=*/1, warps, chunks, chunk_quads, nullptr, wts, call.philox, call.out, max_key,
+      max_index, stats, nullptr, call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  select_chunks_kernel<Weights, SLOTS><<<call.rows, kThreads, 0, call.stream>>>(
+      call.k, chunks, 4 * chunk_quads, max_key, max_index, stats, pick, row_floor_bits, call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  topk_kernel<scalar_t, Weights, SLOTS><<<ceil_div(lists, kWarpsPerBlock / warps), kThreads, 0, call.stream>>>(
+      x, call.rows, call.n, call.k, warps, /*units_per_row=*/call.k, chunk_quads, pick, wts, call.philox, call.out,
+      cand_key, cand_index, nullptr, row_floor_bits, call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  merge_chunks_kernel<Weights, SLOTS><<<call.rows, kThreads, 0, call.stream>>>(
+      call.k, /*lists_per_row=*/call.k, cand_key, cand_index, /*stats=*/nullptr, row_floor_bits, call.out,
+      call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t, typename Weights, int SLOTS>
+void launch_one_or_two_passes(const DrawCall& call, const Weights& wts, bool two_pass) {
+  if (two_pass) {
+    launch_two_pass<scalar_t, Weights, SLOTS>(call, wts);
   } else {
-    launch<scalar_t, Weights, 2>(call, wts);
+    launch<scalar_t, Weights, SLOTS>(call, wts);
+  }
+}
+
+template <typename scalar_t, typename Weights>
+void launch_for_k(const DrawCall& call, const Weights& wts, bool two_pass) {
+  if (call.k <= kWarp) {
+    launch_one_or_two_passes<scalar_t, Weights, 1>(call, wts, two_pass);
+  } else {
+    launch_one_or_two_passes<scalar_t, Weights, 2>(call, wts, two_pass);
   }
 }
 
@@ -729,7 +919,19 @@ void launch_thread_rows(const DrawCall& call, const Weights& wts) {
 void draw_topk(const DrawCall& call) {
   TORCH_INTERNAL_ASSERT(call.k <= kMaxTopK);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "topk_cuda", [&] {
-    with_weights(call, [&](const auto& wts) { launch_for_k<scalar_t>(call, wts); });
+    with_weights(call, [&](const auto& wts) { launch_for_k<scalar_t>(call, wts, /*two_pass=*/false); });
+  });
+}
+
+bool two_pass_serves(int64_t rows, int64_t n, int64_t k) {
+  if (k <= kWarp || k > kMaxTopK || n < kTwoPassItemsPerDraw * k) return false;
+  return rows <= kTwoPassShortRowsUpTo || n >= kTwoPassLongRowsFrom * k;
+}
+
+void draw_two_pass_topk(const DrawCall& call) {
+  TORCH_INTERNAL_ASSERT(two_pass_serves(call.rows, call.n, call.k));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "two_pass_topk_cuda", [&] {
+    with_weights(call, [&](const auto& wts) { launch_for_k<scalar_t>(call, wts, /*two_pass=*/true); });
   });
 }
 
