@@ -578,6 +578,24 @@ __device__ uint32_t row_flags_of(const ChunkStats* stats, int64_t count, int64_t
   return flags;
 }
 
+// A block's top k of a run of `count` candidates above `floor`, in warp 0's `top` (the
+// warps' lists merged); the flags of the row whose stats are given (`stats_count` of them;
+// none where nullptr) OR-ed into *status. Every thread of the block calls it.
+template <typename Weights, int SLOTS>
+__device__ void block_top_k(WarpTop<SLOTS>& top, const double* key, const int64_t* index, int64_t count, double floor,
+                            const ChunkStats* stats, int64_t stats_count, int64_t k, uint32_t* status,
+                            Lists<SLOTS>& lists) {
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  offer_run(top, key, index, count, static_cast<int>(k), warp, lane, Weights::kNone, floor);
+  if (stats != nullptr) {  // the same in every thread
+    const uint32_t flags = row_flags_of(stats, stats_count, k, warp, lane, lists);
+    if (threadIdx.x == 0 && flags) atomicOr(status, flags);
+  }
+  save(top, warp, lane, lists);
+  merge_warps(top, warp, kWarpsPerBlock, static_cast<int>(k), lane, Weights::kNone, lists);
+}
+
 // A block per row merges its `lists_per_row` lists of k candidates (one run, offer_run),
 // then the warps' lists; with the lists' stats (where given: else the row's flags are
 // taken already).
@@ -596,13 +614,8 @@ __global__ void __launch_bounds__(kThreads)
   // over: most of the chunks' lists.
   const double floor = ::nextafter(from_ordered_bits(row_floor_bits[row]), -INFINITY);
   const int64_t run = lists_per_row * k;
-  offer_run(top, cand_key + row * run, cand_index + row * run, run, static_cast<int>(k), warp, lane, Weights::kNone,
-            floor);
-  const uint32_t flags =
-      stats == nullptr ? 0 : row_flags_of(stats + row * lists_per_row, lists_per_row, k, warp, lane, lists);
-  if (threadIdx.x == 0 && flags) atomicOr(status, flags);
-  save(top, warp, lane, lists);
-  merge_warps(top, warp, kWarpsPerBlock, static_cast<int>(k), lane, Weights::kNone, lists);
+  block_top_k<Weights>(top, cand_key + row * run, cand_index + row * run, run, floor,
+                       stats == nullptr ? nullptr : stats + row * lists_per_row, lists_per_row, k, status, lists);
   if (warp != 0) return;
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) {
@@ -626,12 +639,8 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kWarp;
   const int64_t row = blockIdx.x;
   WarpTop<SLOTS> top(Weights::kNone);
-  offer_run(top, max_key + row * chunks, max_index + row * chunks, chunks, static_cast<int>(k), warp, lane,
-            Weights::kNone, -INFINITY);
-  const uint32_t flags = row_flags_of(stats + row * chunks, chunks, k, warp, lane, lists);
-  if (threadIdx.x == 0 && flags) atomicOr(status, flags);
-  save(top, warp, lane, lists);
-  merge_warps(top, warp, kWarpsPerBlock, static_cast<int>(k), lane, Weights::kNone, lists);
+  block_top_k<Weights>(top, max_key + row * chunks, max_index + row * chunks, chunks, -INFINITY,
+                       stats + row * chunks, chunks, k, status, lists);
   if (warp != 0) return;
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) {
