@@ -116,3 +116,12 @@ def weight_cases(generator=None):
     cases["sorted_then_shuffled_many_chunks"] = torch.cat([half, half[torch.randperm(len(half), generator=g)]])
     cases["near_uniform"] = 1 + 1e-9 * torch.rand(4096, generator=g, dtype=torch.float64)
     return cases
+
+
+def every_key_draws(sample, x, k, seed):
+    """The first k draws without replacement of the method that writes every item's race
+    key and ranks them all with torch.topk: asked for more than 64 draws and more than
+    n / 64 (where chunk maxima would serve). Every method draws item quad q of row r from
+    Philox subsequence r * quads + q, so with the same seed the first k draws agree."""
+    k_all = max(k, 65, x.shape[-1] // 64 + 1)
+    return sample(x, k_all, generator=torch.Generator("cuda").manual_seed(seed))[..., :k]

@@ -8,7 +8,7 @@ import torch
 
 import torch_wrs
 from conftest import requires_cuda
-from helpers import g_test_pvalue
+from helpers import every_key_draws, g_test_pvalue
 
 P_MIN = 1e-4
 
@@ -181,7 +181,8 @@ def test_gpu_one_pass_law_1e8():
 @pytest.mark.parametrize("shape,k,replacement", [((8, 10), 2, True), ((4, 128_256), 1, True), ((2, 50_000), 8, False),
                                                  ((3000, 300), 50, False), ((16, 5000), 100, True),
                                                  ((4, 1000), 300, True), ((5, 400), 80, False),
-                                                 ((5000, 20), 4, False), ((2, 50_000), 40, False)])
+                                                 ((5000, 20), 4, False), ((2, 50_000), 40, False),
+                                                 ((2, 50_000), 100, False), ((2, 1 << 25), 100, False)])
 def test_gpu_graph_capture_and_replay(shape, k, replacement):
     """Every CUDA method captures (no host read while capturing) and replays with fresh draws."""
     w = torch.rand(shape, device="cuda") ** 2
@@ -209,7 +210,7 @@ def test_gpu_invalid_input_under_capture_stays_in_range(n):
     w[2, 5] = float("nan")
     w[3, 7] = -1
     w[4, :] = float("inf")
-    for k, replacement in ((1, True), (4, True), (100, True), (3, False), (40, False), (70, False)):
+    for k, replacement in ((1, True), (4, True), (100, True), (3, False), (40, False), (70, False), (150, False)):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             s = torch_wrs.multinomial(w, k, replacement)
@@ -300,20 +301,23 @@ def test_gpu_topk_chunks_first_two_draws(rows, n, k, calls):
     assert g_test_pvalue(second, _second_draw_law(pf)) > P_MIN
 
 
+def _without_replacement(x, k, generator):
+    return torch_wrs.multinomial(x, k, False, generator=generator)
+
+
 @requires_cuda
 @pytest.mark.parametrize("rows,n", [(4, 90), (300, 1000), (8, 100_000), (1, 1 << 20), (2, 3_000_000)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_warp_topk_equals_the_keys_and_torch_topk(rows, n, dtype):
     """Up to 64 draws without replacement, warps keep the top race keys (skipping keys
-    that a shared floor or a float bound rules out); beyond, every key is written and
-    torch.topk picks. Both draw item pair p of row r from Philox block r * pairs + p, so
-    with the same seed the first k of 65 draws are exactly the k draws."""
+    that a shared floor or a float bound rules out): exactly the first k of the keys that
+    every-key-and-torch.topk ranks."""
     g = torch.Generator().manual_seed(n)
     w = (torch.rand(rows, n, generator=g, dtype=torch.float64) ** 4).to(dtype)
     w[:, 1::7] = 0
     x = w.cuda()
+    reference = every_key_draws(_without_replacement, x, 64, 5)
     for k in (8, 32, 33, 64):
-        reference = torch_wrs.multinomial(x, 65, False, generator=torch.Generator("cuda").manual_seed(5))
         ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(5))
         assert torch.equal(ours, reference[:, :k]), k
 
@@ -324,9 +328,10 @@ def test_gpu_warp_topk_equals_the_keys_and_torch_topk(rows, n, dtype):
 def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k):
     """Long rows, 32 < k <= 64 without replacement, take two passes: each chunk's largest
     key, then only the k chunks with the largest. Layouts where one chunk holds several of
-    the top k (a run of heavy items), where most chunks are all zero (70 nonzero items,
-    some adjacent), where the keys fall along the row, or where all weights are equal,
-    draw exactly the first k of the keys that every-key-and-torch.topk ranks."""
+    the top k (a run of heavy items), where most chunks are all zero (fewer nonzero chunks
+    than k, 60 nonzero items elsewhere), where the keys fall along the row, or where all
+    weights are equal, draw exactly the first k of the keys that every-key-and-torch.topk
+    ranks."""
     rows, n = 3, 300_000
     g = torch.Generator().manual_seed(k)
     if layout == "run":
@@ -334,32 +339,95 @@ def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k):
         w[:, 150_000:150_080] += 1 + torch.rand(rows, 80, generator=g)
     elif layout == "sparse":
         w = torch.zeros(rows, n)
-        at = torch.cat([torch.randint(n - 1, (rows, 60), generator=g), torch.arange(5000, 5010).expand(rows, 10)], 1)
-        w.scatter_(1, at, torch.rand(rows, 70, generator=g) + 0.5)
-        w[:, 5000:5010] += torch.rand(rows, 10, generator=g)  # the run above: nonzero whatever scatter did
+        at = torch.randint(n - 1, (rows, 60), generator=g)
+        w.scatter_(1, at, torch.rand(rows, 60, generator=g) + 0.5)
+        w[:, 100_000:120_000:4] = torch.rand(rows, 5000, generator=g) + 0.5  # about 40 chunks of ~590
     elif layout == "geometric":
         w = 0.999 ** torch.arange(n, dtype=torch.float64).expand(rows, n)
     else:
         w = torch.ones(rows, n)
     x = w.float().cuda()
-    assert ((x > 0).sum(-1) >= 65).all()
-    reference = torch_wrs.multinomial(x, 65, False, generator=torch.Generator("cuda").manual_seed(9))
+    reference = every_key_draws(_without_replacement, x, k, 9)
     ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(9))
     assert torch.equal(ours, reference[:, :k])
 
 
 @requires_cuda
-def test_gpu_many_draws_without_replacement_float_key_ties_fall_back():
-    """k > 64: torch.topk ranks the keys rounded to float, and k + 64 candidates are
-    reordered by float64 key. Keys below float's range all round to 0 and tie past the
-    candidates; then the float64 keys of every item decide, so the draws are those of the
-    same weights scaled into range, with the same seed."""
+@pytest.mark.parametrize("k", [200, 2950, 3000])
+def test_gpu_many_draws_without_replacement_float_key_ties_fall_back(k):
+    """k > 64 (rows under 64 k): torch.topk ranks the keys rounded to float, and k + 64
+    candidates (or torch.sort the whole row, for k + 64 > n) have their ties reordered by
+    float64 key. Keys below float's range all round to 0 and tie; then the float64 keys of
+    every item decide, so the draws are those of the same weights scaled into range, with
+    the same seed."""
     g = torch.Generator().manual_seed(3)
     w = torch.rand(4, 3000, generator=g, dtype=torch.float64) + 0.01
-    tiny = torch_wrs.multinomial((w * 1e-300).cuda(), 200, False, generator=torch.Generator("cuda").manual_seed(4))
-    scaled = torch_wrs.multinomial(w.cuda(), 200, False, generator=torch.Generator("cuda").manual_seed(4))
+    tiny = torch_wrs.multinomial((w * 1e-300).cuda(), k, False, generator=torch.Generator("cuda").manual_seed(4))
+    scaled = torch_wrs.multinomial(w.cuda(), k, False, generator=torch.Generator("cuda").manual_seed(4))
     assert torch.equal(tiny, scaled)
     assert (tiny.sort(-1).values.diff(dim=-1) != 0).all()
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,n,k,zeros", [(16, 700_000, 12_000, True), (64, 5000, 4000, True),
+                                            (4, 3000, 3000, False), (8, 1 << 20, 1 << 15, True)])
+@pytest.mark.parametrize("logits", [False, True])
+def test_gpu_float_keys_rank_as_the_float64_keys(rows, n, k, zeros, logits):
+    """k > 64 over rows of under 64 k items: for inputs exact in float and up to 2^14
+    candidates, torch.topk (or torch.sort, for the whole row) ranks float keys computed in
+    float (no float64 log per item), each within a stated error of its float64 key; runs
+    of candidates that are not surely ordered are sorted by float64 key. Beyond (k = 2^15),
+    the float64 keys rounded, whose ties are sorted. The draws equal those from the same
+    values in float64, whose float keys are the float64 keys rounded. At k = 12,000 the
+    keys around the k-th lie about 1e-4 apart relatively, so some runs are within the
+    error of approximate keys."""
+    g = torch.Generator().manual_seed(n + k)
+    x = torch.randn(rows, n, generator=g) * 3 if logits else torch.rand(rows, n, generator=g)
+    if zeros:
+        x[:, ::5] = float("-inf") if logits else 0
+
+    def sample(t):
+        gen = torch.Generator("cuda").manual_seed(k)
+        if logits:
+            return torch_wrs.sample_logits(t, k, temperature=0.7, replacement=False, generator=gen)
+        return torch_wrs.multinomial(t, k, False, generator=gen)
+
+    ours = sample(x.cuda())
+    assert torch.equal(ours, sample(x.double().cuda()))
+    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
+    if zeros:
+        assert not (ours % 5 == 0).any(), "a zero weight was drawn"
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", ["run", "clustered", "geometric", "flat"])
+@pytest.mark.parametrize("k", [65, 100, 1024])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_chunk_maxima_equal_the_keys_and_torch_topk(layout, k, dtype):
+    """k > 64 over rows of at least 64 k and 2^20 items, 2^26 items in all: each chunk's
+    largest key, then only the keys of the k chunks with the largest. Layouts where one
+    chunk holds many of the top k (a run of heavy items), where fewer chunks than k hold a
+    nonzero weight (600 aligned runs of 32), where the keys fall along the row, or where
+    all weights are equal; rows whose last chunk and quad are partial. The draws are
+    exactly the first k of the keys that every-key-and-torch.topk ranks."""
+    rows, n = 3, (1 << 20) + 3
+    g = torch.Generator().manual_seed(k)
+    if layout == "run":
+        w = torch.rand(rows, n, generator=g) * 1e-6
+        w[:, 150_001:151_025] += 1 + torch.rand(rows, 1024, generator=g)
+    elif layout == "clustered":
+        w = torch.zeros(rows, n)
+        starts = torch.randperm(n // 32 - 1, generator=g)[:600] * 32
+        at = (starts[:, None] + torch.arange(32)).reshape(-1)
+        w[:, at] = torch.rand(rows, at.numel(), generator=g) + 0.5
+    elif layout == "geometric":
+        w = 0.9999 ** torch.arange(n, dtype=torch.float64).expand(rows, n)
+    else:
+        w = torch.ones(rows, n)
+    x = w.to(dtype).cuda().repeat(22, 1)  # 66 rows (each its own draws), 2^26 items or more
+    reference = every_key_draws(_without_replacement, x, k, 11)
+    ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(11))
+    assert torch.equal(ours, reference)
 
 
 @requires_cuda
@@ -442,10 +510,11 @@ def _second_draw_law(p):
 
 
 @requires_cuda
-@pytest.mark.parametrize("n,k", [(18, 8), (30, 2), (1000, 8), (6000, 32), (30_000, 5)])
+@pytest.mark.parametrize("n,k", [(18, 8), (30, 2), (1000, 8), (6000, 32), (30_000, 5), (10_000, 100), (900, 300)])
 def test_gpu_without_replacement_first_two_draws(n, k):
     """The fused top-k kernels (a thread per row of up to 32 items; 1, 4 and 8 warps per
-    row): over 1e6 identical rows the
+    row) and torch.topk of float keys computed in float (k = 100 and 300):
+    over 1e6 identical rows the
     first draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i); no row repeats
     an index. Weights are skewed so that the top categories carry the test's power."""
     g = torch.Generator().manual_seed(40 + n)
@@ -463,7 +532,8 @@ def test_gpu_without_replacement_first_two_draws(n, k):
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n,k", [(4096, 5000, 8), (3, 200_000, 8), (100_000, 20, 8), (3, 200_000, 40)])
+@pytest.mark.parametrize("rows,n,k", [(4096, 5000, 8), (3, 200_000, 8), (100_000, 20, 8), (3, 200_000, 40),
+                                      (3, 1 << 25, 100), (3, 5000, 100)])
 def test_gpu_without_replacement_errors_per_row(rows, n, k):
     w = torch.rand(rows, n, device="cuda")
     r = rows // 2

@@ -8,7 +8,7 @@ import torch
 
 import torch_wrs
 from conftest import requires_cuda
-from helpers import g_test_pvalue
+from helpers import every_key_draws, g_test_pvalue
 from test_multinomial import _second_draw_law
 
 P_MIN = 1e-4
@@ -136,19 +136,23 @@ def test_gpu_one_draw_race_law_1e8():
     assert g_test_pvalue(counts, _softmax(logits.double(), 0.7)) > P_MIN
 
 
+def _logits_without_replacement(x, k, generator):
+    return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
+
+
 @requires_cuda
 @pytest.mark.parametrize("rows,n,dtype", [(300, 1000, torch.float32), (8, 300_000, torch.bfloat16),
                                           (1, 1 << 21, torch.float32)])
 def test_gpu_race_from_logits_equals_the_keys_and_torch_topk(rows, n, dtype):
-    """The warp top-k from logits (whose float bound skips most float64 logs) keeps
-    exactly the first k of the keys that every-key-and-torch.topk ranks, and one draw with
-    replacement from many logits is the first of them."""
+    """The warp top-k from logits (whose float bound skips most float64 logs), and float
+    keys computed in float for k = 100, keep exactly the first k of the keys that
+    every-key-and-torch.topk ranks, and one draw with replacement from many logits is the
+    first of them."""
     g = torch.Generator().manual_seed(n + 1)
     x = (torch.randn(rows, n, generator=g) * 4).to(dtype).cuda()
     x[:, 3::11] = float("-inf")
-    reference = torch_wrs.sample_logits(x, 65, temperature=0.6, replacement=False,
-                                        generator=torch.Generator("cuda").manual_seed(7))
-    for k in (2, 8, 33, 64):
+    reference = every_key_draws(_logits_without_replacement, x, 100, 7)
+    for k in (2, 8, 33, 64, 100):
         ours = torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False,
                                        generator=torch.Generator("cuda").manual_seed(7))
         assert torch.equal(ours, reference[:, :k]), k

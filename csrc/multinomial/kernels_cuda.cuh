@@ -73,15 +73,39 @@ constexpr int kMaxThreadRowSamples = 8;
 bool thread_rows_serve(int64_t n, int64_t k);
 void draw_thread_topk(const DrawCall& call);
 // Beyond kMaxTopK, torch.topk ranks every item's race key ([rows, n]; value flags only):
-// float64 keys, or first their float roundings (half the bytes to rank), taking
-// kTieSlack more than k, whose float64 keys rank_candidates then orders. It flags
-// kFloatKeyTies where ties of float keys could reach past the candidates (then the float64
-// keys decide), and zero-sum rows and rows with too few nonzero weights.
+// float64 keys, or first float keys (half the bytes to rank), taking kTieSlack more than
+// k (or the whole row), whose runs of keys not surely ordered rank_candidates then orders
+// by float64 key. The float keys are the float64 ones rounded or, with `approx` (inputs
+// exact in float, up to kMaxApproxCandidates), computed in float without a float64 log,
+// within a stated error: for the largest keys, about 1 / k apart relatively around the
+// k-th, an error of 2^-20 leaves runs of a few. It flags kFloatKeyTies where a run could
+// reach past the candidates or is longer than kTieSlack (then the float64 keys decide),
+// and zero-sum rows and rows with too few nonzero weights.
 constexpr int64_t kTieSlack = 64;
+constexpr int64_t kMaxApproxCandidates = int64_t{1} << 14;
 constexpr uint32_t kFloatKeyTies = 1u << 9;
 template <typename key_t>
-void race_keys(const DrawCall& call, key_t* keys);
-void rank_candidates(const DrawCall& call, int64_t cands, const float* cand_g, int64_t* cand_index,
+void race_keys(const DrawCall& call, key_t* keys, bool approx = false);
+void rank_candidates(const DrawCall& call, int64_t cands, bool approx, const float* cand_g, int64_t* cand_index,
                      double* cand_key);
+// The same draws over rows of at least kChunkMaxItemsPerDraw k items, ranking far fewer
+// keys: each chunk's largest float64 key ([rows, ceil(n / chunk)]), then, once torch.topk
+// has picked the k chunks with the largest ([rows, k]), the keys of their items
+// ([rows, k * chunk], for torch.topk again), whose positions picked_items maps back to
+// items. Chunks of chunk_max_items(n, k) items, about sqrt(n / k), balance the two. The
+// chunk pass costs more per item than float keys do (float64 bounds, and a warp takes a
+// float64 log wherever one lane needs it), and two torch.topk calls over small rows cost
+// more than one over every key, so it serves rows of kChunkMaxRowFrom items or more,
+// kChunkMaxFromItems in all (measured, every key against chunk maxima: 8 x 2^24, k =
+// 1,024: 2.7 against 2.0 ms; 1 x 2^20: 0.21 against 0.52; 4,096 x 32,000, k = 256: 2.7
+// against 3.6).
+constexpr int64_t kChunkMaxItemsPerDraw = 64;
+constexpr int64_t kChunkMaxRowFrom = int64_t{1} << 20;
+constexpr int64_t kChunkMaxFromItems = int64_t{1} << 26;
+bool chunk_max_serves(int64_t rows, int64_t n, int64_t k);
+int64_t chunk_max_items(int64_t n, int64_t k);
+void chunk_max_keys(const DrawCall& call, int64_t chunk, double* chunk_max);
+void picked_chunk_keys(const DrawCall& call, int64_t chunk, const int64_t* pick, double* keys);
+void picked_items(const DrawCall& call, int64_t chunk, const int64_t* pick, const int64_t* pos);
 
 }  // namespace wrs::multinomial

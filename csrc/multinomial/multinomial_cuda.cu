@@ -12,6 +12,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
+
 namespace wrs::multinomial {
 namespace {
 
@@ -46,9 +48,16 @@ namespace {
 // |                  |                                        |                     | for k <= 32 it wins only at few rows, by less    |
 // | no               | other k <= 64                          | warp top-k          | one read of race keys; few long rows in chunks,  |
 // |                  |                                        |                     | merged by a second kernel                        |
-// | no               | k > 64                                 | keys + torch.topk   | one key pass, then torch's radix select over the |
-// |                  |                                        |                     | keys rounded to float (half the bytes of float64 |
-// |                  |                                        |                     | keys), k + 64 of them reordered by float64 key   |
+// | no               | k > 64, n >= 64 k, n >= 2^20,          | chunk maxima +      | each chunk's largest key, torch.topk of those,   |
+// |                  | rows x n >= 2^26                       | torch.topk          | then of the k picked chunks' keys: two ranks of  |
+// |                  |                                        |                     | about sqrt(n k) keys each instead of one of n    |
+// |                  |                                        |                     | (on fewer items the chunk pass and two calls     |
+// |                  |                                        |                     | cost more)                                       |
+// | no               | other k > 64                           | keys + torch.topk   | one key pass, then torch's radix select (or its  |
+// |                  |                                        |                     | sort, for the whole row) over float keys (half   |
+// |                  |                                        |                     | the bytes of float64 keys; for k + 64 <= 2^14    |
+// |                  |                                        |                     | computed in float, no float64 log per item); the |
+// |                  |                                        |                     | near-ties among the first k + 64 by float64 key  |
 //
 // One draw without replacement is one draw with it, so k = 1 takes the with-replacement
 // rows (rows of a few items take the race, a thread per row), and one draw from logits may
@@ -57,7 +66,16 @@ namespace {
 // the inverse CDF at every measured shape (its Philox block and float bound per item
 // against two cheap reads). Thresholds are measured
 // (docs/benchmarks.md, the sweep; scripts/profile_cases.py race).
-enum class Method { kWarpRows, kInverseCdf, kAliasTables, kThreadTopK, kTwoPassTopK, kTopK, kKeysTopK };
+enum class Method {
+  kWarpRows,
+  kInverseCdf,
+  kAliasTables,
+  kThreadTopK,
+  kTwoPassTopK,
+  kTopK,
+  kChunkMaxTopK,
+  kKeysTopK
+};
 
 constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
 constexpr int64_t kRaceThreadRowsUpTo = 8;
@@ -74,7 +92,8 @@ Method choose(const Request& r) {
   }
   if (thread_rows_serve(r.n, r.k)) return Method::kThreadTopK;
   if (two_pass_serves(r.rows, r.n, r.k)) return Method::kTwoPassTopK;
-  return r.k <= kMaxTopK ? Method::kTopK : Method::kKeysTopK;
+  if (r.k <= kMaxTopK) return Method::kTopK;
+  return chunk_max_serves(r.rows, r.n, r.k) ? Method::kChunkMaxTopK : Method::kKeysTopK;
 }
 
 // ORs a device int of flags into the status word.
@@ -82,29 +101,53 @@ __global__ void or_flags_kernel(const int* flags, uint32_t* status) {
   if (*flags) atomicOr(status, static_cast<uint32_t>(*flags));
 }
 
+// The flags of a row's top k float64 race keys (decreasing): a zero weight's key (or
+// below) first is a zero-sum row, last too few nonzero weights.
+void flag_top_keys(const Request& r, const DrawCall& call, const at::Tensor& top) {
+  const double zero_key = r.logits ? -1.7976931348623157e308 : 0.0;
+  const at::Tensor few = (top.select(-1, 0) <= zero_key).any().to(at::kInt) * static_cast<int>(kRowZeroSum) +
+                         (top.select(-1, r.k - 1) <= zero_key).any().to(at::kInt) * static_cast<int>(kTooFewNonzero);
+  or_flags_kernel<<<1, 1, 0, call.stream>>>(few.const_data_ptr<int>(), call.status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // Beyond kMaxTopK draws without replacement: torch.topk over every item's race key. With
-// float_first, over their float roundings (half the bytes), kTieSlack more than k, which
-// rank_candidates orders by float64 key into `out`; else over the float64 keys.
+// float_first, over float keys (half the bytes; race_keys): the first kTieSlack more than
+// k, or the whole row sorted, whose near-ties rank_candidates orders by float64 key into
+// `out`; else over the float64 keys. (Under capture the float64 keys, since a run past
+// the candidates would need the host to rank again.)
 at::Tensor rank_keys(const Request& r, const DrawCall& call, at::Tensor out, bool float_first) {
   if (float_first) {
     at::Tensor g = at::empty({r.rows, r.n}, r.x.options().dtype(at::kFloat));
-    race_keys(call, g.mutable_data_ptr<float>());
-    auto [cand_g, cand_index] = g.topk(r.k + kTieSlack, -1, /*largest=*/true, /*sorted=*/true);
+    const int64_t cands = std::min(r.k + kTieSlack, r.n);
+    const bool approx = cands <= kMaxApproxCandidates && r.x.scalar_type() != at::kDouble;
+    race_keys(call, g.mutable_data_ptr<float>(), approx);
+    auto [cand_g, cand_index] = cands == r.n ? g.sort(-1, /*descending=*/true)
+                                             : g.topk(cands, -1, /*largest=*/true, /*sorted=*/true);
     at::Tensor cand_key = at::empty_like(cand_g, cand_g.options().dtype(at::kDouble));
-    rank_candidates(call, r.k + kTieSlack, cand_g.const_data_ptr<float>(), cand_index.mutable_data_ptr<int64_t>(),
+    rank_candidates(call, cands, approx, cand_g.const_data_ptr<float>(), cand_index.mutable_data_ptr<int64_t>(),
                     cand_key.mutable_data_ptr<double>());
     return out;
   }
   at::Tensor keys = at::empty({r.rows, r.n}, r.x.options().dtype(at::kDouble));
   race_keys(call, keys.mutable_data_ptr<double>());
   auto [top, index] = keys.topk(r.k, -1, /*largest=*/true, /*sorted=*/true);
-  // Keys at or below a zero weight's: a zero-sum row (first) or too few nonzero (last).
-  const double zero_key = r.logits ? -1.7976931348623157e308 : 0.0;
-  const at::Tensor few = (top.select(-1, 0) <= zero_key).any().to(at::kInt) * static_cast<int>(kRowZeroSum) +
-                         (top.select(-1, r.k - 1) <= zero_key).any().to(at::kInt) * static_cast<int>(kTooFewNonzero);
-  or_flags_kernel<<<1, 1, 0, call.stream>>>(few.const_data_ptr<int>(), call.status);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  flag_top_keys(r, call, top);
   return index.view(r.out_shape);
+}
+
+// The same draws from the k chunks with the largest maxima (chunk_max_serves).
+void rank_chunk_keys(const Request& r, const DrawCall& call) {
+  const int64_t chunk = chunk_max_items(r.n, r.k);
+  const auto opts = r.x.options().dtype(at::kDouble);
+  at::Tensor chunk_max = at::empty({r.rows, (r.n + chunk - 1) / chunk}, opts);
+  chunk_max_keys(call, chunk, chunk_max.mutable_data_ptr<double>());
+  const at::Tensor pick = std::get<1>(chunk_max.topk(r.k, -1, /*largest=*/true, /*sorted=*/false));
+  at::Tensor keys = at::empty({r.rows, r.k * chunk}, opts);
+  picked_chunk_keys(call, chunk, pick.const_data_ptr<int64_t>(), keys.mutable_data_ptr<double>());
+  auto [top, pos] = keys.topk(r.k, -1, /*largest=*/true, /*sorted=*/true);
+  picked_items(call, chunk, pick.const_data_ptr<int64_t>(), pos.const_data_ptr<int64_t>());
+  flag_top_keys(r, call, top);
 }
 
 // With replacement, many draws: alias tables. For probabilities the build's value flags
@@ -130,7 +173,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
   const Method method = choose(r);
   // Race keys take two Philox blocks (8 draws) per subsequence, the others one.
   const bool race = method == Method::kThreadTopK || method == Method::kTwoPassTopK || method == Method::kTopK ||
-                    method == Method::kKeysTopK;
+                    method == Method::kChunkMaxTopK || method == Method::kKeysTopK;
   DrawCall call{r.x,
                 r.rows,
                 r.n,
@@ -160,8 +203,11 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
     case Method::kTopK:
       draw_topk(call);
       break;
+    case Method::kChunkMaxTopK:
+      rank_chunk_keys(r, call);
+      break;
     case Method::kKeysTopK:
-      out = rank_keys(r, call, out, /*float_first=*/!capturing && r.k + kTieSlack <= r.n);
+      out = rank_keys(r, call, out, /*float_first=*/!capturing);
       break;
   }
   if (capturing) return out;
