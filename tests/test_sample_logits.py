@@ -195,3 +195,17 @@ def test_categorical_drop_in(device):
     oh = torch_wrs.distributions.OneHotCategorical(logits=logits)
     x = oh.sample((5,))
     assert x.shape == (5, 3, 30) and (x.sum(-1) == 1).all() and x.dtype == logits.dtype
+
+
+@requires_cuda
+def test_gpu_many_draws_at_a_tiny_temperature_rank_as_float64():
+    """k > 64 without replacement at T = 1e-39 (1 / T beyond float's range; zero logits
+    among the rest): float keys are then the float64 keys rounded, never float arithmetic
+    with 1 / T, and the draws equal those from the same logits in float64."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(4, 3000, generator=g)
+    x[:, ::7] = 0
+    draws = [torch_wrs.sample_logits(t.cuda(), 100, temperature=1e-39, replacement=False,
+                                     generator=torch.Generator("cuda").manual_seed(13)) for t in (x, x.double())]
+    assert torch.equal(draws[0], draws[1])
+    assert (draws[0].sort(-1).values.diff(dim=-1) != 0).all()

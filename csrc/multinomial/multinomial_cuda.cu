@@ -120,7 +120,9 @@ at::Tensor rank_keys(const Request& r, const DrawCall& call, at::Tensor out, boo
   if (float_first) {
     at::Tensor g = at::empty({r.rows, r.n}, r.x.options().dtype(at::kFloat));
     const int64_t cands = std::min(r.k + kTieSlack, r.n);
-    const bool approx = cands <= kMaxApproxCandidates && r.x.scalar_type() != at::kDouble;
+    // approx_key needs the input, and 1 / T, in float's range.
+    const bool approx = cands <= kMaxApproxCandidates && r.x.scalar_type() != at::kDouble &&
+                        (!r.logits || r.inv_temperature <= 1e30);
     race_keys(call, g.mutable_data_ptr<float>(), approx);
     auto [cand_g, cand_index] = cands == r.n ? g.sort(-1, /*descending=*/true)
                                              : g.topk(cands, -1, /*largest=*/true, /*sorted=*/true);
