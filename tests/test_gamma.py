@@ -84,6 +84,31 @@ def test_small_alpha_underflows_only_where_the_true_value_does(device):
     assert abs(below - p) < 5 * math.sqrt(p * (1 - p) / n)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_boosted_output_is_exp_of_the_log_output(device, dtype):
+    # Below alpha = 1, X = Y U^(1/alpha) is a product while U^(1/alpha) is a normal number
+    # and exp(log Y + log U / alpha) below; the log output (whose law the KS tests check)
+    # always takes the log route. With the same seed both see the same Y and U, so X must
+    # be exp(log X) within the roundings: a few eps, plus |log X| eps through the exp, plus
+    # the float32 GPU log's 2^-21 absolute error.
+    alphas = torch.tensor([1e-3, 0.01, 0.05, 0.3, 0.5, 0.9, 0.999], dtype=dtype)
+    a = alphas.repeat_interleave(20_000).to(device)
+    for method in METHODS:
+        g = torch.Generator(device=device).manual_seed(31)
+        x = torch_wrs.standard_gamma(a, method, generator=g).double()
+        g.manual_seed(31)
+        log_x = torch_wrs.standard_gamma(a, method, log=True, generator=g).double()
+        info = torch.finfo(dtype)
+        normal = log_x > math.log(info.tiny) + 1
+        assert normal.float().mean() > 0.2
+        slack = 8 * info.eps * (1 + log_x.abs()) + (2**-20 if dtype == torch.float32 else 0)
+        rel = (x - log_x.exp()).abs() / log_x.exp()
+        assert (rel[normal] <= slack[normal]).all(), (method, rel[normal].max().item())
+        # Where exp(log X) is below the smallest normal, X is it, rounded (0 included).
+        tiny = log_x < math.log(info.tiny) - 1
+        assert (x[tiny] <= info.tiny).all()
+
+
 def test_mixed_alpha_shapes_dtypes(device):
     g = torch.Generator(device=device).manual_seed(3)
     alpha = torch.rand(64, 3, 500, generator=g, device=device) * 9.9 + 0.1

@@ -69,12 +69,13 @@ constexpr unsigned kAllLanes = 0xffffffffu;
 
 // One warp runs the pairs [0, count) of a range through Pair<acc_t, Gen>: pair p draws
 // from Philox subsequence first_subsequence + p. load(p, a0, a1) gives a pair's alphas
-// (a1 = 0 where the pair has no second element; it also flags invalid ones), and
-// finish(p, x0, x1) takes its results. Indices within the range are 32-bit: registers
-// are what bounds the resident warps.
-template <typename acc_t, typename Gen, typename Load, typename Finish>
+// (a1 = 0 where the pair has no second element), on_constant(a0, a1) sees the alphas of
+// a pair with a constant element (zero, inf, negative or NaN alpha: where validation
+// looks), and finish(p, x0, x1) takes its results. Indices within the range are 32-bit:
+// registers are what bounds the resident warps.
+template <typename acc_t, typename Gen, typename Load, typename OnConstant, typename Finish>
 __device__ void run_warp_pairs(int count, int64_t first_subsequence, const PhiloxSeed& seed, bool log_output,
-                               const Load& load, const Finish& finish) {
+                               const Load& load, const OnConstant& on_constant, const Finish& finish) {
   const int lane = threadIdx.x % kWarp;
   const unsigned lanes_below = (1u << lane) - 1;
   // Each lane holds its pair p and has claimed its next one (alphas already loading, so
@@ -92,6 +93,7 @@ __device__ void run_warp_pairs(int count, int64_t first_subsequence, const Philo
   // an element needs one; the candidates follow from block 1.
   auto begin_pair = [&] {
     pair.start(a0, a1, has_second);
+    if (pair.any_constant()) on_constant(a0, a1);
     bits.start(seed, first_subsequence + p);
     if (pair.needs_boost) {
       CandidateWords<acc_t> words;
@@ -127,8 +129,9 @@ __device__ void run_warp_pairs(int count, int64_t first_subsequence, const Philo
   }
 }
 
-// VALIDATE: flag invalid alphas (a compile-time switch: the flags' register costs the
-// loop 5-8% even when nothing reads them, so validate=False runs a kernel without them).
+// VALIDATE: flag invalid alphas. Only pairs with a constant element can hold one, so
+// the check runs on that rare branch, not on every load (a flags register OR-ed per load
+// cost the loop 4-7%); validate=False compiles it out.
 template <typename scalar_t, typename Gen, bool VALIDATE>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
     standard_gamma_kernel(const scalar_t* __restrict__ alpha, scalar_t* __restrict__ out, int64_t n,
@@ -142,25 +145,26 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
   const int64_t first = warp * per_warp;
   if (first >= pairs) return;  // the whole warp
   const int count = static_cast<int>(pairs - first < per_warp ? pairs - first : per_warp);
-  // The flags of the lane's alphas, kept in a register and OR-ed into the status word
-  // once at the end (the same kernel time as a test and an atomic in the loop;
-  // scripts/profile_cases.py gamma_validate).
-  uint32_t seen = 0;
   auto load = [&](int p, acc_t& a0, acc_t& a1) {
     const int64_t e = 2 * (first + p);
     const bool has_second = e + 1 < n;
     a0 = static_cast<acc_t>(alpha[e]);
     a1 = has_second ? static_cast<acc_t>(alpha[e + 1]) : acc_t(0);
-    if (VALIDATE) seen |= alpha_flags(a0) | alpha_flags(a1);  // invalid alphas come out NaN: no endless loop
     return has_second;
+  };
+  // Invalid alphas come out NaN (no endless loop); validation flags them.
+  auto on_constant = [&](acc_t a0, acc_t a1) {
+    if (VALIDATE) {
+      const uint32_t flags = alpha_flags(a0) | alpha_flags(a1);
+      if (flags) atomicOr(status, flags);
+    }
   };
   auto finish = [&](int p, acc_t x0, acc_t x1) {
     const int64_t e = 2 * (first + p);
     out[e] = static_cast<scalar_t>(x0);
     if (e + 1 < n) out[e + 1] = static_cast<scalar_t>(x1);
   };
-  run_warp_pairs<acc_t, Gen>(count, first, philox_seed(philox), log_output, load, finish);
-  if (VALIDATE && seen) atomicOr(status, seen);
+  run_warp_pairs<acc_t, Gen>(count, first, philox_seed(philox), log_output, load, on_constant, finish);
 }
 
 // Fused Dirichlet rows (float and double): a warp per row (rows j, j + W, ...) generates
@@ -220,12 +224,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
       a0 = c[2 * p];
       a1 = has_second ? c[2 * p + 1] : acc_t(0);
       nonzero |= a0 != 0 || a1 != 0;
-      if (status) {  // in the loop: a flags register would spill in this kernel
+      return has_second;
+    };
+    auto on_constant = [&](acc_t a0, acc_t a1) {
+      if (status) {
         const uint32_t flags = alpha_flags(a0) | alpha_flags(a1) |
                                (a0 == INFINITY || a1 == INFINITY ? static_cast<uint32_t>(kWeightInf) : 0u);
         if (flags) atomicOr(status, flags);
       }
-      return has_second;
     };
     auto finish = [&](int p, acc_t log_g0, acc_t log_g1) {
       o[2 * p] = log_g0;
@@ -236,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
       }
     };
     run_warp_pairs<acc_t, Gen>(static_cast<int>(pairs_per_row), row * pairs_per_row, seed, /*log_output=*/true,
-                               load, finish);
+                               load, on_constant, finish);
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
       LogSumExp<acc_t> other{__shfl_xor_sync(kAllLanes, lse.max, offset), __shfl_xor_sync(kAllLanes, lse.sum, offset)};
