@@ -1,6 +1,7 @@
 """torch_wrs.multinomial against torch.multinomial's contract: shapes, errors, and the
 law of the samples (G-tests with fixed seeds; 1e8 draws on the GPU)."""
 import itertools
+import math
 
 import pytest
 import scipy.stats
@@ -37,12 +38,12 @@ def test_errors(device, make, n, replacement, message):
         torch_wrs.multinomial(make(device), n, replacement)
 
 
-@pytest.mark.parametrize("n", [5, 3000])
+@pytest.mark.parametrize("n", [5, 3000, 100_000])
 @pytest.mark.parametrize("k", [1, 100, 5000])
 def test_value_errors_with_replacement_every_method(device, n, k):
     """Every method with replacement (short rows, in slices beyond 64 samples; the inverse
-    CDF; alias tables, whose build flags the values) raises torch's errors, and a valid
-    call after them draws in range."""
+    CDF, over chunks or stored; alias tables, whose build flags the values) raises torch's
+    errors, and a valid call after them draws in range."""
     w = torch.rand(3, n, device=device) + 0.1
     for bad in (-1.0, float("nan"), float("inf")):
         x = w.clone()
@@ -182,7 +183,8 @@ def test_gpu_one_pass_law_1e8():
                                                  ((3000, 300), 50, False), ((16, 5000), 100, True),
                                                  ((4, 1000), 300, True), ((5, 400), 80, False),
                                                  ((5000, 20), 4, False), ((2, 50_000), 40, False),
-                                                 ((2, 50_000), 100, False), ((2, 1 << 25), 100, False)])
+                                                 ((2, 50_000), 100, False), ((2, 1 << 25), 100, False),
+                                                 ((2, 100_000), 5000, True), ((2200, 3000), 150, True)])
 def test_gpu_graph_capture_and_replay(shape, k, replacement):
     """Every CUDA method captures (no host read while capturing) and replays with fresh draws."""
     w = torch.rand(shape, device="cuda") ** 2
@@ -202,7 +204,7 @@ def test_gpu_graph_capture_and_replay(shape, k, replacement):
 
 
 @requires_cuda
-@pytest.mark.parametrize("n", [600, 3000, 12_000])
+@pytest.mark.parametrize("n", [600, 3000, 12_000, 40_000])
 def test_gpu_invalid_input_under_capture_stays_in_range(n):
     """Under capture nothing raises; invalid rows still give in-range indices."""
     w = torch.rand(6, n, device="cuda")
@@ -210,7 +212,8 @@ def test_gpu_invalid_input_under_capture_stays_in_range(n):
     w[2, 5] = float("nan")
     w[3, 7] = -1
     w[4, :] = float("inf")
-    for k, replacement in ((1, True), (4, True), (100, True), (3, False), (40, False), (70, False), (150, False)):
+    for k, replacement in ((1, True), (4, True), (100, True), (2000, True), (3, False), (40, False), (70, False),
+                           (150, False)):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             s = torch_wrs.multinomial(w, k, replacement)
@@ -276,6 +279,52 @@ def test_gpu_inverse_cdf_law_1e8(rows, n, k, calls):
     for _ in range(calls):
         counts += torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=n)
     assert g_test_pvalue(counts, w.float().double()) > P_MIN
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,n,k,calls,logits", [(16, 1_000_003, 50_000, 125, False), (4096, 4000, 200, 123, False),
+                                                    (2200, 5000, 300, 152, True), (1, 32_000, 1 << 20, 96, False),
+                                                    (64, 5000, 1 << 14, 96, True)])
+def test_gpu_many_draws_law_1e8(rows, n, k, calls, logits):
+    """Many draws with replacement: from a stored integer CDF where they are few against
+    the items (chunks of long rows scanned from their chunk totals, or a block per row;
+    the first three cases), else alias tables. 1e8 draws pooled over identical rows,
+    against the weights, zero weights never drawn; from logits, softmax(x)."""
+    g = torch.Generator().manual_seed(90 + n)
+    w = torch.rand(n, generator=g, dtype=torch.float64) ** 4
+    w[::5] = 0
+    if logits:
+        x = torch.where(w > 0, w.log(), -math.inf).float()
+        law = torch.where(w > 0, x.double().exp(), 0.0)
+    else:
+        x, law = w.float(), w.float().double()
+    x = x.cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(91)
+    counts = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for _ in range(calls):
+        s = torch_wrs.sample_logits(x, k, generator=gen) if logits else torch_wrs.multinomial(x, k, True, generator=gen)
+        counts += torch.bincount(s.reshape(-1), minlength=n)
+    assert counts.sum() >= 1e8
+    assert g_test_pvalue(counts, law) > P_MIN
+
+
+@requires_cuda
+def test_gpu_stored_cdf_whole_rows_errors_and_range():
+    """The stored CDF with a block per row (enough rows to fill the GPU): torch's errors
+    for bad values and zero rows, in-range draws that never take a zero weight."""
+    w = torch.rand(2200, 3000, device="cuda") + 0.1
+    w[:, ::7] = 0
+    s = torch_wrs.multinomial(w, 150, True)
+    assert s.shape == (2200, 150) and s.min() >= 0 and s.max() < 3000 and not (s % 7 == 0).any()
+    for bad in (-1.0, float("nan"), float("inf")):
+        x = w.clone()
+        x[1500, 11] = bad
+        with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
+            torch_wrs.multinomial(x, 150, True)
+    x = w.clone()
+    x[2100] = 0
+    with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
+        torch_wrs.multinomial(x, 150, True)
 
 
 @requires_cuda

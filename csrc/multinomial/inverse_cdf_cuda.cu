@@ -254,6 +254,84 @@ __global__ void __launch_bounds__(kThreads)
   find_hits(xr, n, wts, sh.law, n, 0, sh, out + row * k);
 }
 
+// Many draws (more than a block's hit list holds): the rows' cumulative units stored,
+// cdf[row * n + i] = units of items 0..i (uint64, exact), then a binary search per draw.
+// A block per chunk scans its chunk tile by tile, starting from the units before it
+// (from the chunk totals, or 0 for a whole row, whose summary the block makes itself).
+template <typename scalar_t, typename Weights, bool kWholeRow>
+__global__ void __launch_bounds__(kThreads)
+    cdf_kernel(const scalar_t* x, int64_t n, int64_t chunks, int64_t chunk_items, Weights wts,
+               const Summary* summaries, const uint64_t* chunk_total, uint64_t* cdf, uint32_t* status) {
+  __shared__ ReduceShared sh;
+  const ChunkOf ch(blockIdx.x, n, kWholeRow ? 1 : chunks, kWholeRow ? n : chunk_items);
+  const scalar_t* xc = x + ch.row * n + ch.first;
+  const Summary s = kWholeRow ? summarize(xc, n, wts, sh) : row_summary<Weights>(summaries + ch.row * chunks, chunks, sh);
+  if (threadIdx.x == 0) {
+    sh.law = row_law<Weights>(s, n);
+    const uint32_t flags = summary_flags(s);
+    if (ch.c == 0 && flags) atomicOr(status, flags);
+  }
+  uint64_t before = 0;
+  if (!kWholeRow) {
+    for (int64_t c = threadIdx.x; c < ch.c; c += kThreads) before += chunk_total[ch.row * chunks + c];
+  }
+  __syncthreads();
+  if (!kWholeRow) {
+    before = UnitsReduce(sh.tmp.units).Sum(before);
+    if (threadIdx.x == 0) sh.before = before;
+    __syncthreads();
+  }
+  uint64_t running = kWholeRow ? 0 : sh.before;
+  uint64_t* out = cdf + ch.row * n + ch.first;
+  for (int64_t tile = 0; tile < ch.count; tile += kTile) {
+    uint64_t q[kItems];
+    uint64_t mine = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int64_t i = tile + threadIdx.x * kItems + j;
+      q[j] = i < ch.count ? units(wts, static_cast<double>(xc[i]), sh.law, n) : 0;
+      mine += q[j];
+    }
+    uint64_t through, tile_total;
+    UnitsScan(sh.tmp.scan).ExclusiveSum(mine, through, tile_total);
+    through += running;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int64_t i = tile + threadIdx.x * kItems + j;
+      through += q[j];
+      if (i < ch.count) out[i] = through;
+    }
+    running += tile_total;
+    __syncthreads();  // the scan's storage is reused
+  }
+}
+
+// Draw i (sample i % k of row i / k) from Philox subsequence i, the point the chunked
+// kernels above draw for it (collect_hits): the first item whose cumulative units pass
+// it. A zero row (total 0, flagged) gives item 0.
+__global__ void __launch_bounds__(kThreads)
+    search_kernel(const uint64_t* cdf, int64_t n, int64_t k, int64_t draws, at::PhiloxCudaState philox,
+                  int64_t* out) {
+  const PhiloxSeed seed = philox_seed(philox);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < draws;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const uint64_t* c = cdf + i / k * n;
+    const uint64_t total = c[n - 1];
+    const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(i));
+    const uint64_t point = uniform_point(r.x, r.y, total);
+    int64_t lo = 0, hi = n - 1;  // the item is in [lo, hi]: c[n - 1] = total > point
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (c[mid] > point) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    out[i] = total > 0 ? lo : 0;
+  }
+}
+
 // One thread per row: its flags from its chunks' summaries.
 template <typename Weights>
 __global__ void row_flags_kernel(const Summary* summaries, int64_t rows, int64_t chunks, uint32_t* status) {
@@ -305,6 +383,35 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+template <typename scalar_t, typename Weights>
+void launch_cdf_search(const DrawCall& call, const Weights& wts, int64_t chunks) {
+  const scalar_t* x = call.x.const_data_ptr<scalar_t>();
+  const int64_t blocks = call.rows * chunks;
+  at::Tensor keep;
+  const auto [cdf, summaries, chunk_total] = scratch_arrays<uint64_t, Summary, uint64_t>(
+      keep, call.x.options(), {call.rows * call.n, chunks == 1 ? 0 : blocks, chunks == 1 ? 0 : blocks});
+  if (chunks == 1) {
+    cdf_kernel<scalar_t, Weights, true><<<call.rows, kThreads, 0, call.stream>>>(x, call.n, 1, call.n, wts, nullptr,
+                                                                                  nullptr, cdf, call.status);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  } else {
+    const int64_t chunk_items = ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
+    summarize_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, 0, chunks, chunk_items, wts,
+                                                                            summaries, nullptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    units_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts,
+                                                                        summaries, chunk_total);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    cdf_kernel<scalar_t, Weights, false><<<blocks, kThreads, 0, call.stream>>>(
+        x, call.n, chunks, chunk_items, wts, summaries, chunk_total, cdf, call.status);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const int64_t draws = call.rows * call.k;
+  search_kernel<<<grid_for(draws, kThreads), kThreads, 0, call.stream>>>(cdf, call.n, call.k, draws, call.philox,
+                                                                       call.out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 }  // namespace
 
 // Chunks per row: enough blocks to fill the GPU (about 16 per SM), whole tiles each, at
@@ -321,6 +428,12 @@ void draw_inverse_cdf(const DrawCall& call, int64_t chunks) {
   TORCH_INTERNAL_ASSERT(call.k <= (chunks == 1 ? kMaxRowSamples : kMaxChunkSamples));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "inverse_cdf_cuda", [&] {
     with_weights(call, [&](const auto& wts) { launch<scalar_t>(call, wts, chunks); });
+  });
+}
+
+void draw_cdf_search(const DrawCall& call) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "cdf_search_cuda", [&] {
+    with_weights(call, [&](const auto& wts) { launch_cdf_search<scalar_t>(call, wts, inverse_cdf_chunks(call.rows, call.n)); });
   });
 }
 

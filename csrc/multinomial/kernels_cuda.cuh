@@ -49,6 +49,9 @@ constexpr int64_t kMaxRowSamples = 128;
 constexpr int64_t kMaxChunkSamples = 1024;
 int64_t inverse_cdf_chunks(int64_t rows, int64_t n);
 void draw_inverse_cdf(const DrawCall& call, int64_t chunks);
+// The same draws, any number per row: the rows' cumulative units stored ([rows, n]
+// uint64 scratch) and a binary search per draw.
+void draw_cdf_search(const DrawCall& call);
 // The value flags of every row (summary_flags), without drawing; k and out unused.
 void flag_rows(const DrawCall& call);
 
