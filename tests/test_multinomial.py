@@ -222,6 +222,43 @@ def test_gpu_invalid_input_under_capture_stays_in_range(n):
         assert s.min() >= 0 and s.max() < n
 
 
+def test_direct_binding_is_the_operator(device):
+    """Eager calls take torch_wrs._C's direct binding: the same operator, so the same
+    draws as torch.ops for the same seed, and the same errors. A __torch_function__ mode
+    still sees each call, made through torch.ops."""
+    w = torch.rand(5, 300, device=device) + 0.1
+    for k, replacement in ((1, True), (7, True), (7, False)):
+        a = torch_wrs.multinomial(w, k, replacement, generator=torch.Generator(device).manual_seed(4))
+        b = torch.ops.wrs.multinomial(w, k, replacement, generator=torch.Generator(device).manual_seed(4))
+        assert torch.equal(a, b)
+    a = torch_wrs.sample_logits(w.log(), 3, temperature=0.7, generator=torch.Generator(device).manual_seed(4))
+    b = torch.ops.wrs.sample_logits(w.log(), 3, temperature=0.7, generator=torch.Generator(device).manual_seed(4))
+    assert torch.equal(a, b)
+    with pytest.raises(RuntimeError, match="^multinomial: cannot sample num_samples <= 0 samples, got 0$"):
+        torch_wrs.multinomial(w, 0, True)
+
+    class Seen(torch.overrides.TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.calls.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        torch_wrs.multinomial(w, 2, True)
+        torch_wrs.sample_logits(w, 2)
+    assert seen.calls == [torch.ops.wrs.multinomial.default, torch.ops.wrs.sample_logits.default]
+
+
+def test_compile_of_the_python_function(device):
+    """torch.compile traces torch_wrs.multinomial through torch.ops (no graph break)."""
+    compiled = torch.compile(lambda x: torch_wrs.multinomial(x, 3, True) + torch_wrs.sample_logits(x, 3), fullgraph=True)
+    s = compiled(torch.rand(4, 50, device=device) + 0.1)
+    assert s.shape == (4, 3) and s.min() >= 0 and s.max() <= 98
+
+
 def test_out_and_non_contiguous(device):
     w = (torch.rand(40, 7, device=device) + 0.1).T  # [7, 40], non-contiguous
     out = torch.empty(0, dtype=torch.int64, device=device)

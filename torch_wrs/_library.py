@@ -16,6 +16,15 @@ if not _candidates:
         "`pip install --no-build-isolation -e .`"
     )
 torch.ops.load_library(_candidates[0])
+from . import _C  # noqa: E402  (the same library as a Python module: csrc/python/eager_calls.cpp)
+
+
+def direct_call(t: torch.Tensor) -> bool:
+    """Whether an eager call on ``t`` may take ``_C``'s direct binding of an operator,
+    which skips torch.ops' boxed argument parsing (most of a small call). Not while
+    torch.compile traces (it must see torch.ops), and not for a tensor or a mode with
+    ``__torch_function__``, which torch.ops honours and the binding would skip."""
+    return not torch.compiler.is_compiling() and not torch._C._has_torch_function_unary(t)
 
 
 @torch.library.register_fake("wrs::alias_table")

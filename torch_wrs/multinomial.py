@@ -3,7 +3,7 @@ from typing import Optional
 
 import torch
 
-from . import _library  # noqa: F401  (registers torch.ops.wrs)
+from ._library import _C, direct_call
 
 # The overloads themselves: resolving the packet on every call costs microseconds that
 # a small call would notice.
@@ -39,7 +39,10 @@ def multinomial(
     zero-sum rows, too few nonzero weights) raises nothing and gives indices that are in
     range but meaningless.
     """
-    result = _multinomial(input, num_samples, replacement, generator=generator)
+    if direct_call(input):
+        result = _C.multinomial(input, num_samples, replacement, generator)
+    else:
+        result = _multinomial(input, num_samples, replacement, generator=generator)
     if out is None:
         return result
     torch._check(out.dtype == torch.int64, lambda: f"multinomial: out must be an int64 tensor, got {out.dtype}")
@@ -67,6 +70,8 @@ def sample_logits(
     NaN or ``+inf`` logits and rows of only ``-inf`` raise ``RuntimeError`` (on CUDA with
     one 4-byte read back, skipped under CUDA-graph capture, as for ``multinomial``).
     """
+    if direct_call(logits):
+        return _C.sample_logits(logits, num_samples, temperature, replacement, generator)
     return _sample_logits(logits, num_samples, temperature=temperature, replacement=replacement, generator=generator)
 
 

@@ -1,0 +1,45 @@
+// torch_wrs._C as a Python module: direct bindings of the drop-ins for eager calls.
+//
+// A call through torch.ops parses its arguments against the schema, boxed: about 0.6 us
+// per call on the CI machine's CPU, which is most of a small call (torch.multinomial of 4
+// items takes 1.2 us in all). These bindings take the arguments typed (pybind11) and call
+// the same operator through the dispatcher, unboxed, so autograd, tracing, fake tensors and
+// every device's kernel are the operator's own. Python's __torch_function__ overrides and
+// torch.compile's tracing are not seen here: torch_wrs/_library.py sends those calls
+// through torch.ops. The setup.py build only (the CMake library has no Python).
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <optional>
+
+namespace {
+
+namespace py = pybind11;
+
+using MultinomialFn = at::Tensor(const at::Tensor&, int64_t, bool, std::optional<at::Generator>);
+using SampleLogitsFn = at::Tensor(const at::Tensor&, int64_t, double, bool, std::optional<at::Generator>);
+
+at::Tensor multinomial(const at::Tensor& input, int64_t num_samples, bool replacement,
+                       std::optional<at::Generator> generator) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("wrs::multinomial", "").typed<MultinomialFn>();
+  const py::gil_scoped_release no_gil;  // as torch's own bindings: other Python threads run meanwhile
+  return op.call(input, num_samples, replacement, std::move(generator));
+}
+
+at::Tensor sample_logits(const at::Tensor& logits, int64_t num_samples, double temperature, bool replacement,
+                         std::optional<at::Generator> generator) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("wrs::sample_logits", "").typed<SampleLogitsFn>();
+  const py::gil_scoped_release no_gil;
+  return op.call(logits, num_samples, temperature, replacement, std::move(generator));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_wrs: the compiled operators (torch.ops.wrs) and direct bindings for eager calls";
+  // Positional only: the Python wrappers in torch_wrs/ own the signatures and defaults.
+  m.def("multinomial", &multinomial);
+  m.def("sample_logits", &sample_logits);
+}
