@@ -287,17 +287,19 @@ def test_alias_sample_keeps_foreign_tables_in_range(device):
     assert s.min() >= 0 and s.max() < n
 
 
-@pytest.mark.parametrize("shape,k", [((3, 70_000), 20_000), ((40, 2_000), 200), ((1, 300_000), 50_000)])
-def test_cpu_inverse_cdf_paths_law(shape, k):
-    """CPU with replacement: chunk tasks (few long rows) and row tasks, 1.2e6 draws pooled."""
+@pytest.mark.parametrize("shape,k,dtype", [((3, 70_000), 20_000, torch.float32), ((40, 2_000), 200, torch.float32),
+                                           ((1, 300_000), 50_000, torch.float32), ((3, 70_000), 20_000, torch.bfloat16)])
+def test_cpu_inverse_cdf_paths_law(shape, k, dtype):
+    """CPU with replacement: chunk tasks (few long rows) and row tasks, 1.2e6 draws pooled;
+    bfloat16 read as it is (not converted)."""
     g = torch.Generator().manual_seed(60)
     w = torch.rand(shape[-1], generator=g, dtype=torch.float64) ** 4
     w[::4] = 0
-    x = w.float().expand(shape).contiguous()
+    x = w.to(dtype).expand(shape).contiguous()
     gen = torch.Generator().manual_seed(61)
     counts = sum(torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=shape[-1])
                  for _ in range(1_200_000 // (shape[0] * k)))
-    assert g_test_pvalue(counts, w.float().double()) > P_MIN
+    assert g_test_pvalue(counts, w.to(dtype).double()) > P_MIN
 
 
 @requires_cuda

@@ -145,6 +145,21 @@ struct Quantizer {
     return total - static_cast<uint64_t>(count) * bits(k2to52);
   }
 
+  // sum(), also writing each item's units to q.
+  template <typename scalar_t>
+  uint64_t sum(const scalar_t* p, int64_t count, uint64_t* q) const {
+    uint64_t total = 0;
+    if (!bit_trick()) {
+      for (int64_t i = 0; i < count; ++i) total += q[i] = (*this)(static_cast<double>(p[i]));
+      return total;
+    }
+    const double direct = law.scale.direct;
+    const double cap = cap_biased();
+    const uint64_t bias = bits(k2to52);
+    for (int64_t i = 0; i < count; ++i) total += q[i] = bits(std::min(static_cast<double>(p[i]) * direct + k2to52, cap)) - bias;
+    return total;
+  }
+
   static uint64_t bits(double v) {
     uint64_t b;
     std::memcpy(&b, &v, sizeof b);
@@ -152,38 +167,33 @@ struct Quantizer {
   }
 };
 
-// Where the first point at or beyond `through` lies in p[0, count): writes the points it
-// passes (pts[found..]) and returns the running total. Blocks with no point are summed
-// whole.
+// The items of p[0, count) (units from `through` on) that hold the sorted points
+// pts[found..k), written to out until the points or the items run out. Each block's
+// units are summed in one vector loop that keeps them; a block holding no point is
+// passed whole, the others walked over the kept integers, up to their last point.
 template <typename scalar_t, typename Weights>
-uint64_t scan_points(const scalar_t* p, int64_t count, int64_t first, const Quantizer<Weights>& quantize,
-                     uint64_t through, const Point* pts, int64_t k, int64_t& found, int64_t* out) {
+void scan_points(const scalar_t* p, int64_t count, int64_t first, const Quantizer<Weights>& quantize,
+                 uint64_t through, const Point* pts, int64_t k, int64_t& found, int64_t* out) {
   constexpr int64_t kBlock = 256;
+  uint64_t q[kBlock];
   for (int64_t b = 0; b < count && found < k; b += kBlock) {
     const int64_t len = std::min(kBlock, count - b);
-    const uint64_t block = quantize.sum(p + b, len);
+    const uint64_t block = quantize.sum(p + b, len, q);
     if (pts[found].at - through >= block) {  // no point in this block
       through += block;
       continue;
     }
-    for (int64_t i = b; i < b + len; ++i) {
-      through += quantize(static_cast<double>(p[i]));
-      for (; found < k && pts[found].at < through; ++found) out[pts[found].sample] = first + i;
+    for (int64_t i = 0; i < len && found < k; ++i) {
+      through += q[i];
+      for (; found < k && pts[found].at < through; ++found) out[pts[found].sample] = first + b + i;
     }
   }
-  return through;
 }
 
-// Calls f(s, block) with the Philox block of each of a row's k samples (block row * k + s),
-// drawn in batches (philox_blocks: the same words, several times cheaper).
-template <typename F>
-void for_each_sample_block(const PhiloxSeed& seed, int64_t row, int64_t k, F&& f) {
-  at::detail::UINT4 blocks[kPhiloxBatch];
-  for (int64_t s0 = 0; s0 < k; s0 += kPhiloxBatch) {
-    const int count = static_cast<int>(std::min<int64_t>(kPhiloxBatch, k - s0));
-    philox_blocks(seed, static_cast<uint64_t>(row * k + s0), count, blocks);
-    for (int j = 0; j < count; ++j) f(s0 + j, blocks[j]);
-  }
+// The Philox blocks of rows [first, end)'s samples, in order: sample s of row r takes
+// block r * k + s.
+inline PhiloxBlocks sample_blocks(const PhiloxSeed& seed, int64_t first, int64_t end, int64_t k) {
+  return PhiloxBlocks(seed, static_cast<uint64_t>(first * k), static_cast<uint64_t>(end * k));
 }
 
 // An upper bound on sum Q_i: n * 2^32 units up to the summation error of W (below
@@ -195,19 +205,20 @@ inline uint64_t units_bound(int64_t n) {
          static_cast<uint64_t>(n) + 1;
 }
 
-// One row, one task: after its summary pass, its k points are drawn uniformly on
+// One row: after its summary pass, its k points are drawn uniformly on
 // [0, units_bound) and sorted, and one scan quantizes items until the last point is
 // found. A point beyond the row's real total (probability below (n + 16) 2^-50) is drawn
 // again, exactly, once the total is known: conditioned on acceptance a point is uniform
 // on [0, sum Q), so the law is the quantized one either way.
 template <typename scalar_t, typename Weights>
 void draw_row(const scalar_t* x, int64_t n, int64_t row, int64_t k, const Quantizer<Weights>& quantize,
-              const PhiloxSeed& seed, Point* pts, int64_t* out) {
+              const PhiloxSeed& seed, PhiloxBlocks& blocks, Point* pts, int64_t* out) {
   const uint64_t bound = units_bound(n);
-  // Sample s: Philox block row * k + s (words 0-1; 2-3 for a redraw).
-  for_each_sample_block(seed, row, k, [&](int64_t s, const at::detail::UINT4& bits) {
+  // Sample s: Philox block row * k + s, next in `blocks` (words 0-1; 2-3 for a redraw).
+  for (int64_t s = 0; s < k; ++s) {
+    const auto& bits = blocks();
     pts[s] = Point{uniform_point(bits[0], bits[1], bound), s};
-  });
+  }
   sort_points(pts, k);
   int64_t found = 0;
   scan_points(x, n, 0, quantize, 0, pts, k, found, out);
@@ -226,15 +237,16 @@ void draw_row(const scalar_t* x, int64_t n, int64_t row, int64_t k, const Quanti
 // Many points for the row's length: the row's integer prefix sums once, then a binary
 // search per point on its exact total, in sample order (no sort).
 template <typename scalar_t, typename Weights>
-void draw_row_prefix(const scalar_t* x, int64_t n, int64_t row, int64_t k, const Quantizer<Weights>& quantize,
-                     const PhiloxSeed& seed, std::vector<uint64_t>& prefix, int64_t* out) {
+void draw_row_prefix(const scalar_t* x, int64_t n, int64_t k, const Quantizer<Weights>& quantize,
+                     PhiloxBlocks& blocks, std::vector<uint64_t>& prefix, int64_t* out) {
   prefix.resize(n);
   uint64_t through = 0;
   for (int64_t i = 0; i < n; ++i) prefix[i] = through += quantize(static_cast<double>(x[i]));
-  for_each_sample_block(seed, row, k, [&](int64_t s, const at::detail::UINT4& bits) {
+  for (int64_t s = 0; s < k; ++s) {
+    const auto& bits = blocks();
     const uint64_t at = uniform_point(bits[0], bits[1], through);
     out[s] = std::upper_bound(prefix.begin(), prefix.end(), at) - prefix.begin();
-  });
+  }
 }
 
 // A few long rows: chunk tasks. Each chunk's units, then each row's points on its exact
@@ -251,6 +263,7 @@ void draw_chunked(const Request& r, const scalar_t* x, const std::vector<Quantiz
   });
   std::vector<Point> points(r.rows * r.k);
   std::vector<uint64_t> chunk_start(ch.tasks());
+  PhiloxBlocks blocks = sample_blocks(seed, 0, r.rows, r.k);
   for (int64_t row = 0; row < r.rows; ++row) {
     uint64_t total = 0;
     for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) {
@@ -258,9 +271,10 @@ void draw_chunked(const Request& r, const scalar_t* x, const std::vector<Quantiz
       total += units_of[t];
     }
     Point* pts = points.data() + row * r.k;
-    for_each_sample_block(seed, row, r.k, [&](int64_t s, const at::detail::UINT4& bits) {
+    for (int64_t s = 0; s < r.k; ++s) {
+      const auto& bits = blocks();
       pts[s] = Point{uniform_point(bits[0], bits[1], total), s};
-    });
+    }
     sort_points(pts, r.k);
   }
   at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
@@ -295,11 +309,12 @@ void draw_inverse_cdf(const Request& r, const scalar_t* x, const Weights& wts, c
   at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
     std::vector<Point> pts(prefix ? 0 : r.k);
     std::vector<uint64_t> sums;
+    PhiloxBlocks blocks = sample_blocks(seed, b0, b1, r.k);
     for (int64_t row = b0; row < b1; ++row) {
       if (prefix) {
-        draw_row_prefix(x + row * r.n, r.n, row, r.k, quantize[row], seed, sums, out + row * r.k);
+        draw_row_prefix(x + row * r.n, r.n, r.k, quantize[row], blocks, sums, out + row * r.k);
       } else {
-        draw_row(x + row * r.n, r.n, row, r.k, quantize[row], seed, pts.data(), out + row * r.k);
+        draw_row(x + row * r.n, r.n, row, r.k, quantize[row], seed, blocks, pts.data(), out + row * r.k);
       }
     }
   });
@@ -321,33 +336,34 @@ inline void keep_top(std::vector<Keyed>& c, int64_t k) {
   c.resize(k);
 }
 
+// Item i of a row takes half i % 2 of Philox block row * pairs + i / 2 (chunks start at
+// even items): the blocks of items [first, first + count) of rows [row0, row1).
+inline PhiloxBlocks key_blocks(const PhiloxSeed& seed, int64_t row0, int64_t row1, int64_t pairs, int64_t first,
+                               int64_t count) {
+  return PhiloxBlocks(seed, static_cast<uint64_t>(row0 * pairs + first / 2),
+                      static_cast<uint64_t>((row1 - 1) * pairs + (first + count + 1) / 2));
+}
+
 // The top k race keys of items [first, first + count) of a row, unordered, in `c`
-// (cleared first); returns how many of those items are nonzero.
+// (cleared first), their Philox blocks next in `blocks`; returns how many of those items
+// are nonzero.
 template <typename scalar_t, typename Weights>
-int64_t chunk_top(const scalar_t* p, int64_t first, int64_t count, int64_t row, int64_t pairs, int64_t k,
-                  const Weights& wts, const PhiloxSeed& seed, std::vector<Keyed>& c) {
+int64_t chunk_top(const scalar_t* p, int64_t first, int64_t count, int64_t k, const Weights& wts,
+                  PhiloxBlocks& blocks, std::vector<Keyed>& c) {
   c.clear();
   double kth = Weights::kNone;  // keys at or below it cannot enter the top k
   int64_t nz = 0;
-  // Chunks start at even items, so item i uses half i % 2 of Philox block row * pairs + i / 2
-  // (drawn kPhiloxBatch blocks at a time).
-  at::detail::UINT4 blocks[kPhiloxBatch];
-  for (int64_t i0 = first, end = first + count; i0 < end; i0 += 2 * kPhiloxBatch) {
-    const int batch = static_cast<int>(std::min<int64_t>(kPhiloxBatch, (end - i0 + 1) / 2));
-    philox_blocks(seed, static_cast<uint64_t>(row * pairs + i0 / 2), batch, blocks);
-    for (int j = 0; j < batch; ++j) {
-      const int64_t i = i0 + 2 * j;
-      const at::detail::UINT4& bits = blocks[j];
-      for (int64_t h = 0; h < 2 && i + h < end; ++h) {
-        const double v = static_cast<double>(p[i + h]);
-        nz += Weights::nonzero(v);
-        const double key = wts.key(v, exponential(bits[2 * h], bits[2 * h + 1]));
-        if (key <= kth) continue;
-        c.push_back(Keyed{key, i + h});
-        if (static_cast<int64_t>(c.size()) == 2 * k) {  // amortised: halve back to k
-          keep_top(c, k);
-          kth = c[k - 1].key;  // nth_element left the k-th highest there
-        }
+  for (int64_t i = first, end = first + count; i < end; i += 2) {
+    const at::detail::UINT4& bits = blocks();
+    for (int64_t h = 0; h < 2 && i + h < end; ++h) {
+      const double v = static_cast<double>(p[i + h]);
+      nz += Weights::nonzero(v);
+      const double key = wts.key(v, exponential(bits[2 * h], bits[2 * h + 1]));
+      if (key <= kth) continue;
+      c.push_back(Keyed{key, i + h});
+      if (static_cast<int64_t>(c.size()) == 2 * k) {  // amortised: halve back to k
+        keep_top(c, k);
+        kth = c[k - 1].key;  // nth_element left the k-th highest there
       }
     }
   }
@@ -375,8 +391,9 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
     at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
       std::vector<Keyed> c;
       c.reserve(std::min<int64_t>(2 * r.k, r.n));
+      PhiloxBlocks blocks = key_blocks(seed, b0, b1, pairs, 0, r.n);
       for (int64_t row = b0; row < b1; ++row) {
-        nonzero[row] = chunk_top(x + row * r.n, 0, r.n, row, pairs, r.k, wts, seed, c);
+        nonzero[row] = chunk_top(x + row * r.n, 0, r.n, r.k, wts, blocks, c);
         if (nonzero[row] >= r.k) write_top(c, r.k, out + row * r.k);  // else raised below
       }
     });
@@ -385,8 +402,8 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
     at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         top[t].reserve(std::min<int64_t>(2 * r.k, ch.count(t)));
-        nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), ch.row(t), pairs, r.k, wts, seed,
-                               top[t]);
+        PhiloxBlocks blocks = key_blocks(seed, ch.row(t), ch.row(t) + 1, pairs, ch.first(t), ch.count(t));
+        nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), r.k, wts, blocks, top[t]);
       }
     });
     at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.k * ch.per_row)), [&](int64_t b0, int64_t b1) {
@@ -417,14 +434,14 @@ constexpr int64_t kAliasSamples = 65'536;
 at::Tensor sample_cpu(const Request& request, std::optional<at::Generator> generator) {
   at::Tensor out = at::empty(request.out_shape, request.x.options().dtype(at::kLong));
   if (request.rows == 0) return out;
-  // float16 and bfloat16 convert to float32 exactly; from a few thousand items torch's
-  // vectorized conversion once costs less than a software conversion per item in every
-  // pass, below that its fixed cost (an allocation and a dispatch, a few us) is most of a
-  // small call.
+  // float16 converts to float32 exactly; from a few thousand items torch's vectorized
+  // conversion once costs less than the software conversion per item in every pass, below
+  // that its fixed cost (an allocation and a dispatch, a few us) is most of a small call.
+  // bfloat16 is read as it is: its conversion is a shift, and a float copy's fresh pages
+  // cost more than all the passes (8 x 2^20: 8.8 ms converted, 2.9 ms not; torch 6.5).
   constexpr int64_t kConvertFrom = 4096;
   Request r = request;
-  const bool half = r.x.scalar_type() == at::kHalf || r.x.scalar_type() == at::kBFloat16;
-  if (half && r.x.numel() >= kConvertFrom) r.x = r.x.to(at::kFloat);
+  if (r.x.scalar_type() == at::kHalf && r.x.numel() >= kConvertFrom) r.x = r.x.to(at::kFloat);
   const bool inverse_cdf = r.replacement || r.k == 1;
   if (inverse_cdf && r.k >= kAliasSamples && r.k > 4 * r.n) {  // alias tables
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, r.x.scalar_type(), "multinomial_cpu_checks", [&] {
