@@ -79,7 +79,6 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = group * kRowsPerWarp + lane / LANES;
     const bool valid = row < rows;
     Summary mine = Weights::empty();
-    __syncwarp();  // the last work item's searches have read the staged items
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
       const held_t<scalar_t> h = static_cast<held_t<scalar_t>>(next[j]);
@@ -108,10 +107,9 @@ __global__ void __launch_bounds__(kThreads)
     // Sample s: 64 bits of Philox block row * k + s. Lane t of the row draws sample s0 + t.
     // Up to kOwnerSearches samples a row: each point is broadcast and the lane whose range
     // holds it walks its units in registers. More: each lane finds its own point's lane (a
-    // binary search of the lanes' starts) and walks that lane's items in shared memory,
-    // quantizing them again (the same units), all lanes at once.
-    const held_t<scalar_t>* row_items = v - l;  // item j * LANES + t at row_items[j * LANES + t]
-    __syncwarp();  // every lane's items staged
+    // binary search of the lanes' starts) and walks that lane's units, shuffled from its
+    // registers (two shuffles a unit, where quantizing the staged item again took a float64
+    // round and conversion, and for logits an exp), all lanes at once.
     for (int64_t s0 = s_begin; s0 < s_end; s0 += LANES) {
       uint64_t point = 0;
       const bool mine_to_draw = valid && s0 + l < s_end;
@@ -128,10 +126,9 @@ __global__ void __launch_bounds__(kThreads)
         uint64_t end = __shfl_sync(kFullMask, before, owner, LANES);
         int64_t item = -1;
 #pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {
-          const int64_t i = j * LANES + owner;
-          if (i < n) end += units(wts, row_items[j * LANES + owner], law, n);
-          item = item < 0 && point < end ? i : item;
+        for (int j = 0; j < ITEMS; ++j) {  // items past n hold 0 units: never the item
+          end += __shfl_sync(kFullMask, q[j], owner, LANES);
+          item = item < 0 && point < end ? j * LANES + owner : item;
         }
         if (mine_to_draw) out[row * k + s0 + l] = item < 0 ? 0 : item;  // 0: an invalid row's
         continue;
