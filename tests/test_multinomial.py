@@ -323,12 +323,13 @@ def test_gpu_inverse_cdf_law_1e8(rows, n, k, calls):
 @requires_cuda
 @pytest.mark.parametrize("rows,n,k,calls,logits", [(16, 1_000_003, 50_000, 125, False), (4096, 4000, 200, 123, False),
                                                     (2200, 5000, 300, 152, True), (1, 32_000, 1 << 20, 96, False),
-                                                    (64, 5000, 1 << 14, 96, True)])
+                                                    (128, 20_000, 1 << 15, 24, False), (64, 5000, 1 << 14, 96, True)])
 def test_gpu_many_draws_law_1e8(rows, n, k, calls, logits):
     """Many draws with replacement: from a stored integer CDF where they are few against
     the items (chunks of long rows scanned from their chunk totals, or a block per row;
-    the first three cases), else alias tables. 1e8 draws pooled over identical rows,
-    against the weights, zero weights never drawn; from logits, softmax(x)."""
+    the first three cases) or few in all (one row of 32,000, with a guide table), else
+    alias tables. 1e8 draws pooled over identical rows, against the weights, zero weights
+    never drawn; from logits, softmax(x)."""
     g = torch.Generator().manual_seed(90 + n)
     w = torch.rand(n, generator=g, dtype=torch.float64) ** 4
     w[::5] = 0
@@ -345,6 +346,27 @@ def test_gpu_many_draws_law_1e8(rows, n, k, calls, logits):
         counts += torch.bincount(s.reshape(-1), minlength=n)
     assert counts.sum() >= 1e8
     assert g_test_pvalue(counts, law) > P_MIN
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_stored_cdf_guide_table_same_draws(dtype):
+    """One row's draw s comes from Philox subsequence s whatever k, so k = n - 1 (a plain
+    binary search over the row) and k = n (a guide table's bucket first) must give the
+    same items. The weights span 40 binades, with zeros and a few items that cover many
+    buckets each, so buckets hold from no item boundary to hundreds."""
+    n = 1 << 14
+    g = torch.Generator().manual_seed(17)
+    w = torch.rand(n, generator=g, dtype=torch.float64) * torch.pow(2.0, -40 * torch.rand(n, generator=g, dtype=torch.float64))
+    w[::9] = 0
+    w[[5, 4000, 9001]] = w.sum()
+    x = w.to(dtype).cuda()
+    plain = torch_wrs.multinomial(x, n - 1, True, generator=torch.Generator("cuda").manual_seed(3))
+    guided = torch_wrs.multinomial(x, n, True, generator=torch.Generator("cuda").manual_seed(3))
+    assert torch.equal(plain, guided[: n - 1])
+    assert guided.min() >= 0 and guided.max() < n and not (x[guided] == 0).any()
+    hits = torch.bincount(guided, minlength=n)
+    assert (hits[[5, 4000, 9001]] > n / 5).all(), "the three heavy items hold most of the mass"
 
 
 @requires_cuda

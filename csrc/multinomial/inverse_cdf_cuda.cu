@@ -9,7 +9,8 @@
 //   3. draw: each block finds the row's integer total and the units before its chunk,
 //      draws the row's k uniform points (sample s from Philox block row * k + s), keeps
 //      those inside its own range, and only if there are any, reads its chunk once more
-//      to find their items with a block scan, tile by tile.
+//      to find their items with a block scan, tile by tile (where draws are sparse, a
+//      look-ahead of a tile per warp skips the tiles that hold none).
 // With one chunk per row (enough rows to fill the GPU) one kernel does all three steps,
 // its later reads of the row served by L1 and L2.
 //
@@ -24,6 +25,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+
+#include <algorithm>
 
 
 namespace wrs::multinomial {
@@ -59,6 +62,7 @@ struct Shared {
   RowLaw law;
   uint64_t before;  // units of the row before this chunk
   uint64_t total;   // units of the whole row
+  uint64_t tile_units[kThreads / kWarp];  // find_hits' look ahead: a tile's units per warp
   int hits;
   Hit hit[HITS];
   Hit sorted[HITS];
@@ -76,10 +80,38 @@ struct ChunkOf {
   }
 };
 
+// Calls f(value) on each of `count` items at x, as float64, shared by `threads` threads
+// (this one `t`): thread t takes groups t, t + threads, ... of kGroup consecutive items (one
+// 16-byte load each where x is 16-byte aligned, else item by item), then the tail. Each
+// thread sees the same items in the same order wherever x lies, so a float64 sum over them
+// does not depend on alignment.
+template <typename scalar_t, typename F>
+__device__ void for_each_item(const scalar_t* x, int64_t count, int t, int threads, F&& f) {
+  constexpr int kGroup = 16 / sizeof(scalar_t);
+  struct alignas(16) Group {
+    scalar_t v[kGroup];
+  };
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const int64_t groups = count / kGroup;
+#pragma unroll 4
+  for (int64_t g = t; g < groups; g += threads) {
+    Group items;
+    if (aligned) {
+      items = reinterpret_cast<const Group*>(x)[g];
+    } else {
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) items.v[h] = x[g * kGroup + h];
+    }
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) f(static_cast<double>(items.v[h]));
+  }
+  for (int64_t i = groups * kGroup + t; i < count; i += threads) f(static_cast<double>(x[i]));
+}
+
 template <typename scalar_t, typename Weights, typename SH>
 __device__ Summary summarize(const scalar_t* x, int64_t count, const Weights& wts, SH& sh) {
   Summary mine = Weights::empty();
-  for (int64_t i = threadIdx.x; i < count; i += kThreads) mine = wts.add(mine, static_cast<double>(x[i]));
+  for_each_item(x, count, threadIdx.x, kThreads, [&](double v) { mine = wts.add(mine, v); });
   return SummaryReduce(sh.tmp.summary).Reduce(mine, CombineSummaries<Weights>{});  // thread 0's
 }
 
@@ -95,8 +127,25 @@ template <typename scalar_t, typename Weights, typename SH>
 __device__ uint64_t chunk_units(const scalar_t* x, int64_t count, const Weights& wts, const RowLaw& law,
                                 int64_t n, SH& sh) {
   uint64_t mine = 0;
-  for (int64_t i = threadIdx.x; i < count; i += kThreads) mine += units(wts, static_cast<double>(x[i]), law, n);
+  for_each_item(x, count, threadIdx.x, kThreads, [&](double v) { mine += units(wts, v, law, n); });
   return UnitsReduce(sh.tmp.units).Sum(mine);  // thread 0's
+}
+
+// The units of the kWarpsPerBlock tiles from `tile` into sh.tile_units, a warp per tile
+// (0 past the end).
+template <typename scalar_t, typename Weights, typename SH>
+__device__ void tile_units(const scalar_t* x, int64_t count, int64_t tile, const Weights& wts, const RowLaw& law,
+                           int64_t n, SH& sh) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t first = tile + warp * kTile;
+  uint64_t mine = 0;
+  if (first < count) {
+    const int64_t items = count - first < kTile ? count - first : kTile;
+    for_each_item(x + first, items, lane, kWarp, [&](double v) { mine += units(wts, v, law, n); });
+  }
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) mine += __shfl_xor_sync(kFullMask, mine, o);
+  if (lane == 0) sh.tile_units[warp] = mine;
 }
 
 // Sorts sh.hit[0, sh.hits) by offset into sh.sorted (a rank count: O(hits^2 / threads)).
@@ -121,9 +170,27 @@ template <typename scalar_t, typename Weights, typename SH>
 __device__ void find_hits(const scalar_t* x, int64_t count, const Weights& wts, const RowLaw& law, int64_t n,
                           int64_t first, SH& sh, int64_t* out) {
   const int hits = sh.hits;
+  // Hits sparse against the tiles: look ahead a tile per warp and skip the tiles without
+  // one, so the block scans only the tiles that hold hits (one draw in a chunk of 100
+  // tiles: about 7 look-aheads and 1 scan, not 50 scans one after another).
+  const bool sparse = (count + kTile - 1) / kTile > 4 * static_cast<int64_t>(hits);
+  constexpr int kAhead = kThreads / kWarp;
   int next = 0;           // first hit not yet found (the same in every thread)
   uint64_t running = 0;   // units of the tiles before this one
   for (int64_t tile = 0; tile < count && next < hits; tile += kTile) {
+    if (sparse) {
+      tile_units(x, count, tile, wts, law, n, sh);
+      __syncthreads();
+      const uint64_t v = sh.sorted[next].offset;
+      int skip = 0;
+      while (skip < kAhead && v - running >= sh.tile_units[skip]) running += sh.tile_units[skip++];
+      __syncthreads();  // sh.tile_units is written again
+      tile += skip * kTile;
+      if (skip == kAhead || tile >= count) {
+        tile -= kTile;  // the loop steps on to the next look-ahead
+        continue;
+      }
+    }
     uint64_t q[kItems];
     uint64_t mine = 0;
 #pragma unroll
@@ -306,29 +373,67 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// A guide table over a row's stored CDF, for draws many against the row's items: the
+// points [0, 2^L) of a row of total < 2^L units (L = its total's bit length) in G = 2^g
+// buckets of 2^(L - g) points (L <= g: buckets of one point), and guide[b] = the item
+// holding the bucket's first point (n - 1 where that is past the total). A point of bucket
+// b lies in an item of [guide[b], guide[b + 1]]: the search over the row's n items
+// becomes one over the few a bucket spans (a row's total is at least 2^(L - 1), so over
+// G / 2 buckets or more). The draws are the same: only where the search starts changes.
+__device__ inline int guide_shift(uint64_t total, int guide_bits) {
+  const int bits = 64 - __clzll(static_cast<long long>(total));
+  return bits > guide_bits ? bits - guide_bits : 0;
+}
+
+// The first item of c[lo, hi] whose cumulative units pass point (hi where none before).
+__device__ inline int64_t first_past(const uint64_t* c, int64_t lo, int64_t hi, uint64_t point) {
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (c[mid] > point) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// guide[row * (G + 1) + b] for b in [0, G]: a thread per entry, each a binary search.
+__global__ void __launch_bounds__(kThreads)
+    guide_kernel(const uint64_t* cdf, int64_t n, int64_t rows, int guide_bits, int64_t* guide) {
+  const int64_t per_row = (int64_t{1} << guide_bits) + 1;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; e < rows * per_row;
+       e += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t row = e / per_row, b = e - row * per_row;
+    const uint64_t* c = cdf + row * n;
+    const uint64_t total = c[n - 1];
+    const uint64_t point = static_cast<uint64_t>(b) << guide_shift(total, guide_bits);  // <= 2^63
+    guide[e] = point < total ? first_past(c, 0, n - 1, point) : n - 1;
+  }
+}
+
 // Draw i (sample i % k of row i / k) from Philox subsequence i, the point the chunked
 // kernels above draw for it (collect_hits): the first item whose cumulative units pass
-// it. A zero row (total 0, flagged) gives item 0.
+// it, searched over the row, or with a guide table over its point's bucket. A zero row
+// (total 0, flagged) gives item 0.
 __global__ void __launch_bounds__(kThreads)
-    search_kernel(const uint64_t* cdf, int64_t n, int64_t k, int64_t draws, at::PhiloxCudaState philox,
-                  int64_t* out) {
+    search_kernel(const uint64_t* cdf, int64_t n, int64_t k, int64_t draws, const int64_t* guide, int guide_bits,
+                  at::PhiloxCudaState philox, int64_t* out) {
   const PhiloxSeed seed = philox_seed(philox);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < draws;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const uint64_t* c = cdf + i / k * n;
+    const int64_t row = i / k;
+    const uint64_t* c = cdf + row * n;
     const uint64_t total = c[n - 1];
     const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(i));
     const uint64_t point = uniform_point(r.x, r.y, total);
     int64_t lo = 0, hi = n - 1;  // the item is in [lo, hi]: c[n - 1] = total > point
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (c[mid] > point) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
+    if (guide != nullptr) {
+      const int64_t* g = guide + row * ((int64_t{1} << guide_bits) + 1) + (point >> guide_shift(total, guide_bits));
+      lo = g[0];
+      hi = g[1];
     }
-    out[i] = total > 0 ? lo : 0;
+    out[i] = total > 0 ? first_past(c, lo, hi, point) : 0;
   }
 }
 
@@ -383,6 +488,22 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// A guide table where a row's draws are as many as its items, or 2^20 and more: G = 2^bits
+// buckets, the largest power of two up to n, k and 2^kMaxGuideBits. Fewer draws keep the
+// plain search: the guide's launch and G searches then cost more than they save (H100,
+// same draws, ms, without / with: 1 x 2^20, k = 2^20: 0.164 / 0.117; 8 x 2^24, k = 2^20:
+// 3.21 / 2.84; 4,096 x 32,000, k = 1,024: 1.48 / 1.85; 64 x 2^20, k = 65,536: 1.14 / 1.20).
+constexpr int kMaxGuideBits = 22;
+constexpr int64_t kGuideFromDraws = int64_t{1} << 20;
+
+int guide_bits(int64_t n, int64_t k) {
+  if (k < std::min(n, kGuideFromDraws)) return 0;
+  const int64_t most = std::min(n, k);
+  int bits = 0;
+  while (bits < kMaxGuideBits && (int64_t{2} << bits) <= most) ++bits;
+  return bits >= 4 ? bits : 0;  // rows of under 16 items: the search is short anyway
+}
+
 template <typename scalar_t, typename Weights>
 void launch_cdf_search(const DrawCall& call, const Weights& wts, int64_t chunks) {
   const scalar_t* x = call.x.const_data_ptr<scalar_t>();
@@ -406,9 +527,19 @@ void launch_cdf_search(const DrawCall& call, const Weights& wts, int64_t chunks)
         x, call.n, chunks, chunk_items, wts, summaries, chunk_total, cdf, call.status);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
+  const int bits = guide_bits(call.n, call.k);
+  int64_t* guide = nullptr;
+  at::Tensor guide_keep;
+  if (bits > 0) {
+    const int64_t entries = call.rows * ((int64_t{1} << bits) + 1);
+    guide_keep = at::empty({entries}, call.x.options().dtype(at::kLong));
+    guide = guide_keep.mutable_data_ptr<int64_t>();
+    guide_kernel<<<grid_for(entries, kThreads), kThreads, 0, call.stream>>>(cdf, call.n, call.rows, bits, guide);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
   const int64_t draws = call.rows * call.k;
-  search_kernel<<<grid_for(draws, kThreads), kThreads, 0, call.stream>>>(cdf, call.n, call.k, draws, call.philox,
-                                                                       call.out);
+  search_kernel<<<grid_for(draws, kThreads), kThreads, 0, call.stream>>>(cdf, call.n, call.k, draws, guide, bits,
+                                                                       call.philox, call.out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

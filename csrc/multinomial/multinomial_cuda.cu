@@ -35,8 +35,8 @@ namespace {
 // |                  |                                        |                     | more: 65,536 x 4, k = 128: 2.9 against 0.2 ms    |
 // | yes, or k = 1    | longer rows; k <= 128, or k <= 1,024   | inverse CDF         | about two reads, no table; few rows are cut into |
 // |                  | where the row is cut into chunks       |                     | chunks over many blocks (the LLM decode case)    |
-// | yes              | more draws, k <= n / 16                | stored CDF, search  | the same law and draws; one scan writes the CDF, |
-// |                  |                                        |                     | cheaper than the alias build where draws are few |
+// | yes              | more draws, k <= n / 16; or rows x k   | stored CDF, search  | the same law and draws; one scan writes the CDF, |
+// |                  | <= 2^21 from rows of >= 2^14 items     | (many_draws below)  | cheaper than the alias build where draws are few |
 // | yes              | more draws                             | alias tables        | the O(n) build pays for itself over many draws;  |
 // |                  |                                        |                     | its value checks flag the call's status word     |
 // | no               | n <= 32 and k <= 8                     | thread top-k        | a row's keys fit one thread; a warp per row      |
@@ -83,16 +83,29 @@ enum class Method {
 constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
 constexpr int64_t kRaceThreadRowsUpTo = 8;
 
-// With replacement, more draws than the inverse CDF over chunks holds: the stored CDF
-// where a row's draws are few against its items (its build is a scan, the alias tables'
-// several passes), alias tables where they are many (a lookup per draw against a binary
-// search). Measured side by side on an H100 (docs/benchmarks.md): 4,096 x 32,000, k =
-// 1,024: 1.48 against 2.88 ms; 1 x 1e8, k = 2^20: 1.48 against 2.18; 1 x 2^24, k = 2^20:
-// level; 1 x 2^20, k = 2^20: 0.16 against 0.12; 64 x 32,000, k = 2^20: 3.3 against 0.68.
+// With replacement, more draws than the inverse CDF over chunks holds:
+//
+// | draws                                       | method           | why                            |
+// | ------------------------------------------- | ---------------- | ------------------------------ |
+// | k <= n / 16                                 | stored CDF       | its build is a scan, the alias |
+// |                                             |                  | tables' several passes         |
+// | rows x k <= 2^21 over rows of >= 2^14 items | stored CDF       | the alias build's ten small    |
+// |                                             | (guide table)    | kernels cost more than three   |
+// |                                             |                  | gathers a draw against one     |
+// | more                                        | alias tables     | a lookup per draw              |
+//
+// Measured side by side on an H100 (docs/benchmarks.md), stored CDF against alias tables,
+// ms: 4,096 x 32,000, k = 1,024: 1.48 / 2.93; 1 x 1e8, k = 2^20: 1.50 / 2.24; 1 x 32,000,
+// k = 2^20: 0.087 / 0.143; 8 x 32,000, k = 65,536: 0.079 / 0.138; 8 x 32,000, k = 2^20:
+// 0.224 / 0.202; 64 x 32,000, k = 2^20: 1.51 / 0.75; 1 x 1,000, k = 2^20: 0.062 / 0.053.
 constexpr int64_t kCdfSearchItemsPerDraw = 16;
+constexpr int64_t kCdfSearchFewDraws = int64_t{1} << 21;
+constexpr int64_t kCdfSearchFewDrawsFromItems = int64_t{1} << 14;
 
 Method many_draws(const Request& r) {
-  return r.k * kCdfSearchItemsPerDraw <= r.n ? Method::kCdfSearch : Method::kAliasTables;
+  const bool few_per_item = r.k * kCdfSearchItemsPerDraw <= r.n;
+  const bool few_in_all = r.rows * r.k <= kCdfSearchFewDraws && r.n >= kCdfSearchFewDrawsFromItems;
+  return few_per_item || few_in_all ? Method::kCdfSearch : Method::kAliasTables;
 }
 
 Method choose(const Request& r) {
