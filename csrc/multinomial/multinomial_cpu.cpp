@@ -10,7 +10,7 @@
 // |               |                                   | sorted points | one partial scan (a few long rows: chunk  |
 // |               |                                   |               | tasks); no table, no n-sized scratch      |
 // | yes, or k = 1 | 16 k >= n, and k < 65,536 or      | inverse CDF,  | the row's integer prefix sums once, a     |
-// |               | k <= 4 n                          | prefix sums   | binary search per draw: no sort           |
+// |               | k <= 4 n                          | prefix sums   | branch-free search per draw: no sort      |
 // | yes           | k >= 65,536 and k > 4 n           | alias tables  | O(1) per draw once built                  |
 // | no            | any k >= 2                        | race keys     | one pass of keys; each chunk keeps its    |
 // |               |                                   |               | top k (nth_element), a row merges chunks  |
@@ -234,18 +234,41 @@ void draw_row(const scalar_t* x, int64_t n, int64_t row, int64_t k, const Quanti
   scan_points(x, n, 0, quantize, 0, pts, left, found, out);
 }
 
-// Many points for the row's length: the row's integer prefix sums once, then a binary
-// search per point on its exact total, in sample order (no sort).
+// The first of c[0, n) above `at` (std::upper_bound's answer), halving by a select, not a
+// branch: a random point's branches are mispredicted one in two.
+inline int64_t upper_bound_select(const uint64_t* c, int64_t n, uint64_t at) {
+  const uint64_t* base = c;
+  for (int64_t len = n; len > 1;) {
+    const int64_t half = len / 2;
+    base = base[half] <= at ? base + half : base;
+    len -= half;
+  }
+  return (base - c) + (*base <= at);
+}
+
+// Rows of up to this many items find a point's item by counting the prefix sums at or
+// below it: no branch, where a binary search mispredicts about one branch in two.
+constexpr int64_t kCountSearchItems = 32;
+
+// Many points for the row's length: the row's integer prefix sums once, then a search per
+// point on its exact total, in sample order (no sort).
 template <typename scalar_t, typename Weights>
 void draw_row_prefix(const scalar_t* x, int64_t n, int64_t k, const Quantizer<Weights>& quantize,
                      PhiloxBlocks& blocks, std::vector<uint64_t>& prefix, int64_t* out) {
   prefix.resize(n);
   uint64_t through = 0;
   for (int64_t i = 0; i < n; ++i) prefix[i] = through += quantize(static_cast<double>(x[i]));
+  const uint64_t* c = prefix.data();
   for (int64_t s = 0; s < k; ++s) {
     const auto& bits = blocks();
     const uint64_t at = uniform_point(bits[0], bits[1], through);
-    out[s] = std::upper_bound(prefix.begin(), prefix.end(), at) - prefix.begin();
+    if (n <= kCountSearchItems) {
+      int64_t item = 0;  // the first prefix sum above `at`: below n, since c[n - 1] > at
+      for (int64_t i = 0; i < n; ++i) item += c[i] <= at;
+      out[s] = item;
+    } else {
+      out[s] = upper_bound_select(c, n, at);
+    }
   }
 }
 
