@@ -34,10 +34,21 @@ namespace {
 constexpr int64_t kChunk = int64_t(1) << 15;  // items per task of a long row
 constexpr int64_t kTaskItems = int64_t(1) << 14;  // at least this much work per parallel_for grain
 
-// A row cut into chunks of at most kChunk items.
+// Race keys cost a Philox block per two items and a log each, about 15 times an inverse
+// CDF's passes per item: fewer rows than kRaceChunkedRows are cut into tasks from 8,192
+// items, so that one row of 32,000 spreads over the threads (one thread per row of up to
+// 32,768 took twice as long). More rows keep kChunk: smaller chunks admit more keys in all
+// (8 x 32,000, k = 64: 1.95 ms in chunks of 32,768, 2.20 in chunks of 8,192).
+constexpr int64_t kRaceChunk = int64_t(1) << 13;
+constexpr int64_t kRaceChunkedRows = 4;
+// For the same reason a task of short rows' race keys needs only this many items.
+constexpr int64_t kRaceTaskItems = int64_t(1) << 10;
+
+// A row cut into chunks of at most `chunk` items.
 struct Chunks {
   int64_t rows, n, per_row, items;
-  Chunks(int64_t rows_, int64_t n_) : rows(rows_), n(n_), per_row((n_ + kChunk - 1) / kChunk), items(std::min(n_, kChunk)) {}
+  Chunks(int64_t rows_, int64_t n_, int64_t chunk = kChunk)
+      : rows(rows_), n(n_), per_row((n_ + chunk - 1) / chunk), items(std::min(n_, chunk)) {}
   int64_t tasks() const { return rows * per_row; }
   int64_t grain() const { return std::max<int64_t>(1, kTaskItems / items); }
   int64_t row(int64_t task) const { return task / per_row; }
@@ -403,7 +414,7 @@ inline void write_top(std::vector<Keyed>& c, int64_t k, int64_t* out) {
 
 template <typename scalar_t, typename Weights>
 void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const PhiloxSeed& seed, int64_t* out) {
-  const Chunks ch(r.rows, r.n);
+  const Chunks ch(r.rows, r.n, r.rows < kRaceChunkedRows ? kRaceChunk : kChunk);
   const std::vector<Summary> summary = row_summaries(x, ch, wts);
   raise_rows(r, summary);
   const int64_t pairs = (r.n + 1) / 2;
@@ -411,7 +422,7 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
   if (ch.per_row == 1) {
     // Rows within one chunk: each row's keys and draws in one go, one buffer per task
     // (no allocation per row, no merge step).
-    at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
+    at::parallel_for(0, r.rows, std::max<int64_t>(1, kRaceTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
       std::vector<Keyed> c;
       c.reserve(std::min<int64_t>(2 * r.k, r.n));
       PhiloxBlocks blocks = key_blocks(seed, b0, b1, pairs, 0, r.n);
