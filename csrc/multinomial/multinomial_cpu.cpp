@@ -181,11 +181,13 @@ struct Quantizer {
 // The items of p[0, count) (units from `through` on) that hold the sorted points
 // pts[found..k), written to out until the points or the items run out. Each block's
 // units are summed in one vector loop that keeps them; a block holding no point is
-// passed whole, the others walked over the kept integers, up to their last point.
+// passed whole, the others walked over the kept integers, up to their last point, eight
+// items a step while all eight lie below the next point.
 template <typename scalar_t, typename Weights>
 void scan_points(const scalar_t* p, int64_t count, int64_t first, const Quantizer<Weights>& quantize,
                  uint64_t through, const Point* pts, int64_t k, int64_t& found, int64_t* out) {
   constexpr int64_t kBlock = 256;
+  constexpr int kSkip = 8;
   uint64_t q[kBlock];
   for (int64_t b = 0; b < count && found < k; b += kBlock) {
     const int64_t len = std::min(kBlock, count - b);
@@ -194,9 +196,19 @@ void scan_points(const scalar_t* p, int64_t count, int64_t first, const Quantize
       through += block;
       continue;
     }
-    for (int64_t i = 0; i < len && found < k; ++i) {
+    for (int64_t i = 0; i < len && found < k;) {
+      if (i + kSkip <= len) {  // kSkip items at once while all lie below the next point
+        uint64_t group = 0;
+        for (int j = 0; j < kSkip; ++j) group += q[i + j];
+        if (pts[found].at - through >= group) {
+          through += group;
+          i += kSkip;
+          continue;
+        }
+      }
       through += q[i];
       for (; found < k && pts[found].at < through; ++found) out[pts[found].sample] = first + b + i;
+      ++i;
     }
   }
 }
