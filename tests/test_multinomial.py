@@ -302,6 +302,26 @@ def test_cpu_inverse_cdf_paths_law(shape, k, dtype):
     assert g_test_pvalue(counts, w.to(dtype).double()) > P_MIN
 
 
+def test_cpu_float16_draws_are_the_float32_copys():
+    """CPU float16 is converted to float32 (exactly) into a buffer the thread keeps between
+    calls: the draws equal those of the float32 copy, for every method, whatever size the
+    kept buffer had before (a larger call, then smaller, then larger again) and past the
+    size it keeps (2^24 items)."""
+    g = torch.Generator().manual_seed(62)
+    cases = [((8, 70_000), 8, True), ((1, 1_000), 8, True), ((4, 100), 64, True), ((1, 5), 3, False),
+             ((64, 1_000), 8, False), ((2, 40_000), 3, False), ((3, 9), 100, True), ((1, 300_000), 1, False),
+             ((2, 40), 70_000, True), ((1, (1 << 24) + 3), 4, True)]
+    for shape, k, replacement in cases:
+        x = (torch.rand(shape, generator=g) ** 2).half()
+        x[..., ::7] = 0
+        if shape[-1] < 1000:  # also a transposed view
+            x = x.t().contiguous().t()
+        ours = torch_wrs.multinomial(x, k, replacement, generator=torch.Generator().manual_seed(63))
+        copy = torch_wrs.multinomial(x.float(), k, replacement, generator=torch.Generator().manual_seed(63))
+        assert torch.equal(ours, copy), (shape, k, replacement)
+        assert (x.float().gather(-1, ours) > 0).all()
+
+
 @requires_cuda
 @pytest.mark.parametrize("rows,n,k,calls", [(2000, 4096, 128, 400), (1, 128_256, 128, 2000), (20_000, 3000, 100, 50),
                                              (8, 32_000, 1024, 2500)])
