@@ -697,8 +697,9 @@ __device__ inline bool surely_ordered(float above, float below) {
 // Philox chains with a quarter of the SM's warps (1 x 2^24, k = 2^20: 0.81 -> 0.73 ms;
 // float64 4,096 x 32,000, k = 1,024: 3.46 -> 3.05 ms; the same draws).
 template <typename scalar_t, typename Weights, typename key_t, bool kApprox>
-__global__ void __launch_bounds__(kThreads, 4) race_keys_kernel(const scalar_t* x, int64_t rows, int64_t n, Weights wts,
-                                 at::PhiloxCudaState philox, key_t* keys, uint32_t* status) {
+__global__ void __launch_bounds__(kThreads, 4)
+    race_keys_kernel(const scalar_t* x, int64_t rows, int64_t n, Weights wts, at::PhiloxCudaState philox, key_t* keys,
+                     uint32_t* status) {
   static_assert(!kApprox || (std::is_same_v<key_t, float> && !std::is_same_v<scalar_t, double>));
   const PhiloxSeed seed = philox_seed(philox);
   const int64_t quads = (n + 3) / 4;
