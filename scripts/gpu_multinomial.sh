@@ -4,15 +4,7 @@
 # caching allocator off, as memcheck needs, capture would call cudaMalloc), then the sweep.
 # Logs and the sweep's full report go to $OUT (or build/gpu-logs); a summary comes last.
 #   bash scripts/gpu_multinomial.sh [sweep]
-set -uo pipefail
-cd "$(dirname "$0")/.."
-LOG="${OUT:-build/gpu-logs}"
-mkdir -p "$LOG"
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/gpu.txt"
-t0=$SECONDS
-MAX_JOBS=16 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$LOG/build.log" 2>&1 || { tail -40 "$LOG/build.log"; exit 1; }
-echo "build: $((SECONDS - t0)) s"
+source "$(dirname "$0")/gpu_build.sh"
 TESTS="tests/test_multinomial.py tests/test_sample_logits.py tests/test_alias_sample.py tests/test_alias_errors.py"
 timeout 300 python3 -m pytest -q -p no:cacheprovider $TESTS -k "cuda or gpu" 2>&1 | tee "$LOG/tests.log" | tail -15
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 \
