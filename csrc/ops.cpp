@@ -61,8 +61,8 @@ TORCH_LIBRARY(wrs, m) {
         {at::Tag::nondeterministic_seeded});
   m.def("beta(Tensor a, Tensor b, *, bool validate=True, Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
-  // Dirichlet rows without a gradient: what dirichlet runs when none is needed (fused on
-  // CUDA for float and double rows of 64 or more categories).
+  // Dirichlet rows without a gradient: what dirichlet runs when none is needed (on CUDA
+  // the log-gammas, then one normalising kernel that flags invalid rows).
   m.def("dirichlet_rows(Tensor concentration, *, bool validate=True, Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
 }

@@ -38,8 +38,7 @@ def test_dirichlet_moments(device, conc):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("conc", [1e-3, 0.1, 2.0])
 def test_dirichlet_wide_rows(device, dtype, conc):
-    # 96 categories: on CUDA the fused kernel (a warp per row), on the CPU the composite.
-    # Every column's mean and variance, and (where values are representable) the KS
+    # 96 categories (on CUDA a warp normalises each row). Every column's mean and variance, and (where values are representable) the KS
     # distance of one column to its exact Beta(alpha_i, alpha_0 - alpha_i) marginal.
     n, k = 100_000, 96
     alpha = conc * (0.5 + 3 * torch.arange(k, dtype=torch.float64) / k)
@@ -141,28 +140,65 @@ def test_gamma_with_rate(device):
     assert abs(x.var().item() - 0.75) < 5 * math.sqrt((45 / 16 - 0.75**2) / n)
 
 
-def test_dirichlet_invalid_anywhere_raises_with_its_cause(device):
-    """The validation is one NaN check of the output: each kind of invalid concentration,
-    alone in a large batch, still raises with its own message."""
+# On CUDA: rows shared by a warp, a warp per row, a block per row, rows in chunks.
+@pytest.mark.parametrize("k", [5, 300, 2000, 9000])
+def test_dirichlet_invalid_anywhere_raises_with_its_cause(device, k):
+    """Validation is the normalising pass's flag for rows that are not finite: each kind
+    of invalid concentration, alone in a large batch, still raises with its own message."""
+    rows = 500
     for value, text in ((-1.0, "contains a negative entry"), (float("nan"), "contains NaN"),
                         (float("inf"), "contains inf"), (None, "has a row whose entries are all zero")):
-        c = torch.rand(500, 300, device=device) + 0.01
+        c = torch.rand(rows, k, device=device) + 0.01
         if value is None:
             c[417] = 0
         else:
-            c[417, 299] = value
+            c[417, k - 1] = value
         with pytest.raises(RuntimeError, match=f"dirichlet: concentration {text}"):
             torch_wrs.dirichlet(c)
         y = torch_wrs.dirichlet(c, validate=False)  # no error: a NaN row, the others intact
-        assert torch.isnan(y[417]).any() and torch.isfinite(y[torch.arange(500, device=device) != 417]).all()
-    c = torch.rand(500, 300, device=device) + 0.01
+        assert torch.isnan(y[417]).any() and torch.isfinite(y[torch.arange(rows, device=device) != 417]).all()
+    c = torch.rand(rows, k, device=device) + 0.01
     c[:, ::2] = 0  # zeros are valid while a row has a positive entry
     x = torch_wrs.dirichlet(c)
-    assert (x[:, ::2] == 0).all() and torch.allclose(x.sum(-1), torch.ones(500, device=device))
+    assert (x[:, ::2] == 0).all() and torch.allclose(x.sum(-1), torch.ones(rows, device=device))
+
+
+# Relative tolerance of two normalisations of the same log-gammas that sum in different
+# orders (at most about k / 32 + 8 roundings each), then round to the dtype.
+def _normalised_rtol(dtype, k):
+    acc_eps = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
+    return 2 * (k / 32 + 8) * acc_eps + 2 * torch.finfo(dtype).eps
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [1, 2, 5, 32, 33, 1000, 1025, 8192, 8193, 20000])
+def test_dirichlet_rows_are_the_softmax_of_the_log_gammas(device, dtype, k):
+    """dirichlet (no gradient: dirichlet_rows) is softmax over standard_gamma's log output
+    for the same seed, whichever threads normalise a row; input batched and strided."""
+    conc = (torch.rand(2 * 30 * 2 * k, generator=torch.Generator().manual_seed(k)) * 3 + 1e-3).to(device, dtype)
+    conc = conc.view(2, 30, 2 * k)[..., ::2]  # leading dims, a strided last dim
+    x = torch_wrs.dirichlet(conc, generator=torch.Generator(device=device).manual_seed(5))
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    log_g = torch_wrs.standard_gamma(conc.to(acc), log=True, generator=torch.Generator(device=device).manual_seed(5))
+    expected = torch.softmax(log_g, -1).to(dtype)
+    assert x.shape == conc.shape and x.dtype == dtype
+    torch.testing.assert_close(x, expected, rtol=_normalised_rtol(dtype, k), atol=torch.finfo(dtype).tiny)
+
+
+def test_dirichlet_same_sample_with_and_without_a_gradient(device):
+    # Both take the same standard_gamma call: a seed gives one sample whether or not a
+    # gradient is carried (up to the normalisation's rounding).
+    c = torch.rand(300, 96, device=device, dtype=torch.float64) + 0.05
+    g = torch.Generator(device=device).manual_seed(8)
+    plain = torch_wrs.dirichlet(c, generator=g)
+    g.manual_seed(8)
+    with_grad = torch_wrs.dirichlet(c.clone().requires_grad_(), generator=g)
+    assert with_grad.requires_grad
+    torch.testing.assert_close(with_grad.detach(), plain, rtol=_normalised_rtol(torch.float64, 96), atol=0)
 
 
 @requires_cuda
-@pytest.mark.parametrize("k", [50, 100])  # the composite, the fused kernel
+@pytest.mark.parametrize("k", [3, 100, 2000, 9000])  # as in test_dirichlet_invalid_anywhere
 def test_dirichlet_default_validate_captures_in_a_cuda_graph(k):
     c = torch.rand(1000, k, device="cuda") + 0.1
     torch_wrs.dirichlet(c)

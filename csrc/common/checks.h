@@ -34,6 +34,7 @@ enum WeightFlags : uint32_t {
   kWeightInf = 4u,
   kRowZeroSum = 8u,
   kRowSumOverflow = 16u,
+  kRowNotFinite = 32u,  // a Dirichlet row whose largest log-gamma is not finite
 };
 
 C10_HOST_DEVICE inline uint32_t weight_flags(double w) {

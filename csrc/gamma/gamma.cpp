@@ -19,26 +19,6 @@ namespace {
 // so its 2-5% rejection beats Cheng GA's cheaper but 13-32%-rejected candidates.
 Method auto_method(at::ScalarType /*dtype*/) { return Method::kMarsagliaTsang; }
 
-// Value checks with one device-to-host read: negative, NaN, and (for Dirichlet and
-// Beta, whose gammas are normalised) inf, and rows whose entries are all zero.
-void check_values(const at::Tensor& alpha, const char* op, const char* arg, bool normalised) {
-  if (alpha.numel() == 0) return;
-  check_host_read_allowed(alpha, op, arg);
-  std::vector<at::Tensor> found = {(alpha < 0).any(), alpha.isnan().any()};
-  if (normalised) {
-    found.push_back(alpha.isinf().any());
-    found.push_back((alpha == 0).all(-1).any());
-  }
-  const at::Tensor flags = at::stack(found).cpu();
-  const bool* f = flags.const_data_ptr<bool>();
-  TORCH_CHECK(!f[0], op, ": ", arg, " contains a negative entry");
-  TORCH_CHECK(!f[1], op, ": ", arg, " contains NaN");
-  if (normalised) {
-    TORCH_CHECK(!f[2], op, ": ", arg, " contains inf");
-    TORCH_CHECK(!f[3], op, ": ", arg, " has a row whose entries are all zero");
-  }
-}
-
 at::ScalarType acc_dtype(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
@@ -61,6 +41,26 @@ at::Tensor call_standard_gamma_grad(const at::Tensor& alpha, const at::Tensor& o
 
 }  // namespace
 
+// Value checks with one device-to-host read: negative, NaN, and (for Dirichlet and
+// Beta, whose gammas are normalised) inf, and rows whose entries are all zero.
+void check_values(const at::Tensor& alpha, const char* op, const char* arg, bool normalised) {
+  if (alpha.numel() == 0) return;
+  check_host_read_allowed(alpha, op, arg);
+  std::vector<at::Tensor> found = {(alpha < 0).any(), alpha.isnan().any()};
+  if (normalised) {
+    found.push_back(alpha.isinf().any());
+    found.push_back((alpha == 0).all(-1).any());
+  }
+  const at::Tensor flags = at::stack(found).cpu();
+  const bool* f = flags.const_data_ptr<bool>();
+  TORCH_CHECK(!f[0], op, ": ", arg, " contains a negative entry");
+  TORCH_CHECK(!f[1], op, ": ", arg, " contains NaN");
+  if (normalised) {
+    TORCH_CHECK(!f[2], op, ": ", arg, " contains inf");
+    TORCH_CHECK(!f[3], op, ": ", arg, " has a row whose entries are all zero");
+  }
+}
+
 Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, const char* op, const char* arg) {
   check_floating(alpha, op, arg);
   Method m;
@@ -76,12 +76,6 @@ Method check_standard_gamma(const at::Tensor& alpha, c10::string_view method, co
 void raise_alpha_flags(uint32_t flags, const char* op, const char* arg) {
   TORCH_CHECK(!(flags & kWeightNegative), op, ": ", arg, " contains a negative entry");
   TORCH_CHECK(!(flags & kWeightNaN), op, ": ", arg, " contains NaN");
-}
-
-void raise_concentration_flags(uint32_t flags, const char* op, const char* arg) {
-  raise_alpha_flags(flags, op, arg);
-  TORCH_CHECK(!(flags & kWeightInf), op, ": ", arg, " contains inf");
-  TORCH_CHECK(!(flags & kRowZeroSum), op, ": ", arg, " has a row whose entries are all zero");
 }
 
 namespace {
@@ -172,9 +166,9 @@ at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, s
 namespace {
 
 // dirichlet: with a gradient to carry, the composite (its backward needs the log-gammas);
-// otherwise dirichlet_rows, which CUDA fuses into one kernel (gamma_cuda.cu says for
-// which rows). The two draw from different Philox streams: a fixed seed reproduces each
-// path's values, not one path's values on the other.
+// otherwise dirichlet_rows, which CUDA normalises with one kernel that also flags the
+// invalid rows (gamma_cuda.cu). Both take the same standard_gamma call, so a seed gives
+// the same log-gammas either way; the normalised rows agree up to softmax's rounding.
 at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
   if (at::GradMode::is_enabled() && concentration.requires_grad()) {
     return dirichlet_composite(concentration, validate, std::move(generator));

@@ -21,6 +21,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <cub/block/block_reduce.cuh>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -167,92 +168,176 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
   run_warp_pairs<acc_t, Gen>(count, first, philox_seed(philox), log_output, load, on_constant, finish);
 }
 
-// Fused Dirichlet rows (float and double): a warp per row (rows j, j + W, ...) generates
-// the row's log-gammas as above (pair q of row r: elements 2q and 2q+1, Philox subsequence
-// r * ceil(K / 2) + q), writing them to `out` and keeping an online log-sum-exp per lane;
-// a warp reduction gives the row's log total L, and a second sweep over the row (from L1,
-// the warp just wrote it) writes exp(log g - L). One read of the concentrations, one
-// write of the rows, where the composite reads and writes each element three times.
-// Invalid concentrations give NaN rows as the composite does: NaN or negative (NaN
-// log-gamma), inf (+inf: inf - inf), a row of zeros (all -inf: L = -inf).
+// Dirichlet rows from their log-gammas (standard_gamma's log output): row r becomes
+// exp(v - m) / sum_i exp(v_i - m), m the row's largest log-gamma. Every invalid
+// concentration, and only an invalid one, makes m non-finite: NaN or negative (a NaN
+// log-gamma), inf (+inf), a row of zeros (all -inf). Such a row comes out NaN, and with
+// `status` it is flagged (kRowNotFinite), so validation needs no pass of its own: the host
+// reads the word once and, only if it is set, runs the detailed check for the message.
+//
+// A tile is up to kRowThreads x kItems values of one row in registers (thread t holds
+// elements t, t + kRowThreads, ...), so a row is read once however many passes use it.
+// kRowThreads threads share a tile: a power of two up to a warp (reducing by shuffles) or
+// the block.
+constexpr int kTileItems = 32;
+constexpr int64_t kBlockTile = int64_t{kThreads} * kTileItems;
+
 template <typename acc_t>
-struct LogSumExp {
-  acc_t max, sum;  // sum of exp(v - max); max = -inf while empty
-  __device__ void add(acc_t v) {
-    if (v != v) {
-      sum = v;  // NaN stays NaN
-    } else if (v > max) {
-      sum = sum * ::exp(max - v) + 1;  // exp(-inf) = 0 while empty
-      max = v;
-    } else if (v > -INFINITY) {
-      sum += ::exp(v - max);
+__device__ acc_t max_or_nan(acc_t a, acc_t b) {
+  return a > b || a != a ? a : b;
+}
+
+template <typename acc_t, int kRowThreads>
+struct TileReduce {
+  using BlockReduce = cub::BlockReduce<acc_t, kThreads>;
+  struct Storage {
+    typename BlockReduce::TempStorage temp;
+    acc_t result;
+  };
+  template <typename Op>
+  __device__ static acc_t all(acc_t v, const Op& op, Storage& s) {
+    if constexpr (kRowThreads <= kWarp) {
+#pragma unroll
+      for (int offset = kRowThreads / 2; offset > 0; offset /= 2) {
+        v = op(v, __shfl_xor_sync(kAllLanes, v, offset, kRowThreads));
+      }
+      return v;
+    } else {
+      static_assert(kRowThreads == kThreads, "a tile takes a sub-warp group, a warp or the block");
+      const acc_t r = BlockReduce(s.temp).Reduce(v, op);
+      if (threadIdx.x == 0) s.result = r;
+      __syncthreads();
+      const acc_t out = s.result;
+      __syncthreads();  // the storage serves the next reduction
+      return out;
     }
-  }
-  __device__ void combine(const LogSumExp& o) {
-    if (o.sum != o.sum || sum != sum) {
-      sum = o.sum != o.sum ? o.sum : sum;
-      return;
-    }
-    if (o.sum == 0) return;
-    if (sum == 0) {
-      *this = o;
-      return;
-    }
-    const acc_t m = max > o.max ? max : o.max;
-    sum = sum * ::exp(max - m) + o.sum * ::exp(o.max - m);
-    max = m;
   }
 };
 
-template <typename scalar_t, typename Gen>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
-    dirichlet_kernel(const scalar_t* __restrict__ conc, scalar_t* __restrict__ out, int64_t rows, int64_t k,
-                     at::PhiloxCudaState philox, uint32_t* status) {
-  using acc_t = scalar_t;  // float or double
-  const PhiloxSeed seed = philox_seed(philox);
-  const int64_t pairs_per_row = (k + 1) / 2;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
-  const int lane = threadIdx.x % kWarp;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp; row < rows;
-       row += warps) {
-    const scalar_t* c = conc + row * k;
-    scalar_t* o = out + row * k;
-    LogSumExp<acc_t> lse{-INFINITY, 0};
-    bool nonzero = false;
-    auto load = [&](int p, acc_t& a0, acc_t& a1) {
-      const bool has_second = 2 * p + 1 < k;
-      a0 = c[2 * p];
-      a1 = has_second ? c[2 * p + 1] : acc_t(0);
-      nonzero |= a0 != 0 || a1 != 0;
-      return has_second;
-    };
-    auto on_constant = [&](acc_t a0, acc_t a1) {
-      if (status) {
-        const uint32_t flags = alpha_flags(a0) | alpha_flags(a1) |
-                               (a0 == INFINITY || a1 == INFINITY ? static_cast<uint32_t>(kWeightInf) : 0u);
-        if (flags) atomicOr(status, flags);
-      }
-    };
-    auto finish = [&](int p, acc_t log_g0, acc_t log_g1) {
-      o[2 * p] = log_g0;
-      lse.add(log_g0);
-      if (2 * p + 1 < k) {
-        o[2 * p + 1] = log_g1;
-        lse.add(log_g1);
-      }
-    };
-    run_warp_pairs<acc_t, Gen>(static_cast<int>(pairs_per_row), row * pairs_per_row, seed, /*log_output=*/true,
-                               load, on_constant, finish);
+template <typename acc_t, int kRowThreads, int kItems>
+struct Tile {
+  acc_t v[kItems];  // past the row's end: -inf, whose exp(v - m) is 0
+  int count;        // values of the row this thread holds: v[0, count)
+  __device__ void load(const acc_t* in, int64_t len, int first) {
+    count = first < len ? static_cast<int>((len - first + kRowThreads - 1) / kRowThreads) : 0;
 #pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      LogSumExp<acc_t> other{__shfl_xor_sync(kAllLanes, lse.max, offset), __shfl_xor_sync(kAllLanes, lse.sum, offset)};
-      lse.combine(other);
-    }
-    if (status && !__any_sync(kAllLanes, nonzero) && lane == 0) atomicOr(status, static_cast<uint32_t>(kRowZeroSum));
-    __syncwarp();  // the row's log-gammas, written by other lanes, are visible
-    const acc_t log_total = lse.max + ::log(lse.sum);
-    for (int64_t i = lane; i < k; i += kWarp) o[i] = ::exp(o[i] - log_total);
+    for (int j = 0; j < kItems; ++j) v[j] = j < count ? in[first + int64_t{j} * kRowThreads] : -INFINITY;
   }
+  // max and exp_sum run over the padding too: branches around each exp kept the compiler
+  // from overlapping them (float64 65,536 x 1,000: 573 us against torch.softmax's 356).
+  __device__ acc_t max() const {
+    acc_t m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) m = max_or_nan(m, v[j]);
+    return m;
+  }
+  // Each value becomes exp(v - m); returns their sum.
+  __device__ acc_t exp_sum(acc_t m) {
+    acc_t sum = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      v[j] = ::exp(v[j] - m);
+      sum += v[j];
+    }
+    return sum;
+  }
+  template <typename out_t>
+  __device__ void store(out_t* out, int first, acc_t sum) const {
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (j < count) out[first + int64_t{j} * kRowThreads] = static_cast<out_t>(v[j] / sum);
+    }
+  }
+};
+
+template <typename acc_t>
+__device__ void flag_not_finite(acc_t m, uint32_t* status) {
+  if (status && !(m > -INFINITY && m < INFINITY)) atomicOr(status, kRowNotFinite);
+}
+
+// Rows of one tile each, kRows per group of kRowThreads threads (their loads all issued
+// before the first reduction: short rows give a thread too little to read otherwise).
+// A block's groups take kRows x kGroups consecutive rows, round r rows base + r kGroups +
+// group, so each round's loads are contiguous.
+template <typename acc_t, typename out_t, int kRowThreads, int kItems, int kRows>
+__global__ void __launch_bounds__(kThreads)
+    normalise_tile_rows_kernel(const acc_t* log_g, out_t* out, int64_t rows, int64_t k, uint32_t* status) {
+  constexpr int kGroups = kThreads / kRowThreads;
+  using Reduce = TileReduce<acc_t, kRowThreads>;
+  __shared__ typename Reduce::Storage storage;
+  const int first = threadIdx.x % kRowThreads;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups * kRows + threadIdx.x / kRowThreads;
+  Tile<acc_t, kRowThreads, kItems> tiles[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    // Threads past the last row take part in the reductions with an empty row.
+    const int64_t row = base + r * kGroups;
+    tiles[r].load(log_g + (row < rows ? row * k : 0), row < rows ? k : 0, first);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = base + r * kGroups;
+    const acc_t m = Reduce::all(tiles[r].max(), max_or_nan<acc_t>, storage);
+    const acc_t sum = Reduce::all(tiles[r].exp_sum(m), [](acc_t a, acc_t b) { return a + b; }, storage);
+    if (row < rows) {
+      tiles[r].store(out + row * k, first, sum);
+      if (first == 0) flag_not_finite(m, status);
+    }
+  }
+}
+
+// Longer rows in chunks of a block tile, over two kernels: each chunk's largest value and
+// its sum of exp(v - max); then each chunk, combining its row's chunk sums (a few hundred
+// values for rows of millions) and normalising.
+template <typename acc_t>
+struct ExpSum {
+  acc_t max, sum;  // sum of exp(v - max); an empty stretch: max = -inf, sum = 0
+};
+
+template <typename acc_t>
+struct CombineExpSums {
+  __device__ ExpSum<acc_t> operator()(const ExpSum<acc_t>& a, const ExpSum<acc_t>& b) const {
+    const acc_t m = max_or_nan(a.max, b.max);
+    // exp(-inf - m) is 0, but -inf - -inf is NaN: an empty side adds nothing.
+    return {m, (a.sum == 0 ? acc_t(0) : a.sum * ::exp(a.max - m)) + (b.sum == 0 ? acc_t(0) : b.sum * ::exp(b.max - m))};
+  }
+};
+
+template <typename acc_t>
+__global__ void __launch_bounds__(kThreads)
+    chunk_exp_sums_kernel(const acc_t* log_g, int64_t k, int64_t chunks, ExpSum<acc_t>* chunk_sums) {
+  using Reduce = TileReduce<acc_t, kThreads>;
+  __shared__ typename Reduce::Storage storage;
+  const int64_t row = blockIdx.x / chunks, start = (blockIdx.x % chunks) * kBlockTile;
+  Tile<acc_t, kThreads, kTileItems> tile;
+  tile.load(log_g + row * k + start, k - start < kBlockTile ? k - start : kBlockTile, threadIdx.x);
+  const acc_t m = Reduce::all(tile.max(), max_or_nan<acc_t>, storage);
+  const acc_t sum = Reduce::all(tile.exp_sum(m), [](acc_t a, acc_t b) { return a + b; }, storage);
+  if (threadIdx.x == 0) chunk_sums[blockIdx.x] = {m, sum};
+}
+
+template <typename acc_t, typename out_t>
+__global__ void __launch_bounds__(kThreads) normalise_chunks_kernel(const acc_t* log_g, out_t* out, int64_t k,
+                                                                   int64_t chunks, const ExpSum<acc_t>* chunk_sums,
+                                                                   uint32_t* status) {
+  using BlockReduce = cub::BlockReduce<ExpSum<acc_t>, kThreads>;
+  __shared__ typename BlockReduce::TempStorage temp;
+  __shared__ ExpSum<acc_t> row_sum;
+  const int64_t row = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+  const int64_t rest = k - chunk * kBlockTile;
+  Tile<acc_t, kThreads, kTileItems> tile;
+  tile.load(log_g + row * k + chunk * kBlockTile, rest < kBlockTile ? rest : kBlockTile, threadIdx.x);
+  const CombineExpSums<acc_t> combine;
+  ExpSum<acc_t> acc{-INFINITY, 0};
+  for (int64_t c = threadIdx.x; c < chunks; c += kThreads) acc = combine(acc, chunk_sums[row * chunks + c]);
+  acc = BlockReduce(temp).Reduce(acc, combine);
+  if (threadIdx.x == 0) {
+    row_sum = acc;
+    if (chunk == 0) flag_not_finite(acc.max, status);
+  }
+  __syncthreads();
+  tile.exp_sum(row_sum.max);
+  tile.store(out + row * k + chunk * kBlockTile, threadIdx.x, row_sum.sum);
 }
 
 // One launch of a standard_gamma kernel: about one wave of resident blocks, each warp
@@ -308,52 +393,83 @@ at::Tensor standard_gamma_cuda(const at::Tensor& alpha, c10::string_view method,
   return out;
 }
 
-// Which kernel serves Dirichlet rows without a gradient on CUDA, and why:
+// How a row is normalised, by its length K, and why:
 //
-// | rows                               | method                 | why                                   |
-// | ---------------------------------- | ---------------------- | ------------------------------------- |
-// | float or double, K >= 64           | fused (a warp per row) | one read and one write per element    |
-// | half, bfloat16, or K < 64          | the composite          | arithmetic in float needs a converted |
-// |                                    | (gamma.cpp)            | copy anyway; below 64 a warp per row  |
-// |                                    |                        | would leave most of its lanes idle    |
-constexpr int64_t kFusedMinCategories = 64;
+// | K            | threads per row x values each | rows per group | why                        |
+// | ------------ | ----------------------------- | -------------- | -------------------------- |
+// | <= 32        | K up to a power of two (>= 2) | 8              | a warp serves 32 / T rows; |
+// |              | x 1                           |                | 8 loads in flight a thread |
+// | <= 256       | a warp x 8                    | 4              | reductions by shuffles     |
+// | <= 1,024     | a warp x 32                   | 1              |                            |
+// | <= 8,192     | the block x 32                | 1              | a warp holds 1,024 values  |
+// | longer       | chunks of 8,192, a block      |                | a block per row leaves the |
+// |              | each; two kernels             |                | GPU idle when rows are few |
+// |              |                               |                | (8 x 2^21: 5 ms, torch     |
+// |              |                               |                | 0.43)                      |
+template <typename acc_t, typename out_t, int kRowThreads, int kItems, int kRows>
+void launch_tile_rows(const at::Tensor& log_g, at::Tensor& out, int64_t rows, int64_t k, uint32_t* status) {
+  const int64_t blocks = ceil_div(rows, int64_t{kThreads / kRowThreads * kRows});
+  TORCH_CHECK(blocks < (int64_t{1} << 31), "dirichlet: too many rows for one call (", rows, ")");
+  normalise_tile_rows_kernel<acc_t, out_t, kRowThreads, kItems, kRows>
+      <<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(log_g.const_data_ptr<acc_t>(),
+                                                                 out.mutable_data_ptr<out_t>(), rows, k, status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
 
+template <typename acc_t, typename out_t>
+void normalise_log_rows(const at::Tensor& log_g, at::Tensor& out, int64_t rows, int64_t k, uint32_t* status) {
+  if (k <= 2) return launch_tile_rows<acc_t, out_t, 2, 1, 8>(log_g, out, rows, k, status);
+  if (k <= 4) return launch_tile_rows<acc_t, out_t, 4, 1, 8>(log_g, out, rows, k, status);
+  if (k <= 8) return launch_tile_rows<acc_t, out_t, 8, 1, 8>(log_g, out, rows, k, status);
+  if (k <= 16) return launch_tile_rows<acc_t, out_t, 16, 1, 8>(log_g, out, rows, k, status);
+  if (k <= 32) return launch_tile_rows<acc_t, out_t, 32, 1, 8>(log_g, out, rows, k, status);
+  if (k <= kWarp * 8) return launch_tile_rows<acc_t, out_t, kWarp, 8, 4>(log_g, out, rows, k, status);
+  if (k <= kWarp * kTileItems) return launch_tile_rows<acc_t, out_t, kWarp, kTileItems, 1>(log_g, out, rows, k, status);
+  if (k <= kBlockTile) return launch_tile_rows<acc_t, out_t, kThreads, kTileItems, 1>(log_g, out, rows, k, status);
+  const int64_t chunks = ceil_div(k, kBlockTile);
+  TORCH_CHECK(rows * chunks < (int64_t{1} << 31), "dirichlet: too many elements for one call (", rows * k, ")");
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor sums = at::empty({rows * chunks * 2}, log_g.options());  // an ExpSum per chunk
+  auto* chunk_sums = reinterpret_cast<ExpSum<acc_t>*>(sums.mutable_data_ptr<acc_t>());
+  chunk_exp_sums_kernel<acc_t><<<rows * chunks, kThreads, 0, stream>>>(log_g.const_data_ptr<acc_t>(), k, chunks,
+                                                                       chunk_sums);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  normalise_chunks_kernel<acc_t, out_t><<<rows * chunks, kThreads, 0, stream>>>(
+      log_g.const_data_ptr<acc_t>(), out.mutable_data_ptr<out_t>(), k, chunks, chunk_sums, status);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Dirichlet rows without a gradient: the composite's log-gammas (the same standard_gamma
+// call, so the same draws for a seed), then one normalising kernel that also finds the
+// invalid rows. It replaced at::softmax plus a check pass (0.2 ms at 65,536 x 1,000) and,
+// before that, a fused warp-per-row kernel that generated the gammas in the row's warp:
+// its float64 log-sum-exp and per-row tails cost more than the second pass (H100,
+// docs/benchmarks.md, sessions 13 and 14).
 at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
   constexpr const char* kOp = "dirichlet";
   check_floating(concentration, kOp, "concentration");
   check_has_last_dim(concentration, kOp, "concentration");
-  const at::ScalarType dtype = concentration.scalar_type();
-  const int64_t k = concentration.size(-1);
-  if ((dtype != at::kFloat && dtype != at::kDouble) || k < kFusedMinCategories) {
-    return dirichlet_composite(concentration, validate, std::move(generator));
-  }
   const c10::cuda::CUDAGuard guard(concentration.device());
-  const at::Tensor c = concentration.contiguous();
-  at::Tensor out = at::empty_like(c);
-  const int64_t rows = c.numel() / k;
-  if (rows == 0) return out;
+  const at::ScalarType dtype = concentration.scalar_type();
+  const at::ScalarType acc = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t k = concentration.size(-1);
+  const int64_t rows = concentration.numel() / k;
+  if (rows == 0) return at::empty_like(concentration, at::MemoryFormat::Contiguous);
+  at::Tensor log_g = standard_gamma_cuda(concentration.to(acc).contiguous(), "auto", /*log=*/true,
+                                         /*validate=*/false, std::move(generator));
+  at::Tensor out = dtype == acc ? log_g : at::empty_like(log_g, log_g.options().dtype(dtype));  // in place
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   std::optional<StatusWord> status;
-  if (validate) status.emplace(c.options(), stream);
+  if (validate) status.emplace(log_g.options(), stream);
   const bool read_back = validate && !status->capturing();
   uint32_t* status_ptr = validate ? status->bits() : nullptr;
-  TORCH_CHECK((k + 1) / 2 < (int64_t{1} << 30), kOp, ": too many categories for one row (", k, ")");
-  const at::PhiloxCudaState philox = cuda_philox_state(generator, c.device().index(), kDrawsPerSubsequence);
-  AT_DISPATCH_FLOATING_TYPES(dtype, "dirichlet_cuda", [&] {
-    const auto kernel = dirichlet_kernel<scalar_t, MarsagliaTsang<scalar_t>>;
-    static const int blocks_per_sm = [&] {
-      int b = 0;
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0));
-      return std::max(b, 1);
-    }();
-    const int64_t resident =
-        static_cast<int64_t>(blocks_per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    const int blocks = static_cast<int>(std::min(ceil_div(rows, kThreads / kWarp), resident));
-    kernel<<<blocks, kThreads, 0, stream>>>(c.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, k,
-                                            philox, status_ptr);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "dirichlet_cuda", [&] {
+    normalise_log_rows<at::opmath_type<scalar_t>, scalar_t>(log_g, out, rows, k, status_ptr);
   });
-  if (read_back) raise_concentration_flags(status->read(), kOp, "concentration");
+  if (read_back && status->read() != 0) {
+    check_values(concentration, kOp, "concentration", /*normalised=*/true);
+    TORCH_CHECK(false, kOp, ": concentration gave a row that is not finite");  // not reached: the check names the cause
+  }
   return out;
 }
 

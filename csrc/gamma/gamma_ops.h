@@ -27,12 +27,13 @@ C10_HOST_DEVICE inline uint32_t alpha_flags(acc_t a) {
 // Raises standard_gamma's errors for the flags found (negative first, as before).
 void raise_alpha_flags(uint32_t flags, const char* op, const char* arg);
 
-// The same for Dirichlet concentrations, which also refuse inf and rows of zeros
-// (kWeightInf, kRowZeroSum).
-void raise_concentration_flags(uint32_t flags, const char* op, const char* arg);
+// The detailed value checks, with one read back: negative, NaN, and (normalised: for
+// Dirichlet and Beta) inf and rows whose entries are all zero. Dirichlet runs them only
+// after its status word says some row went wrong, for the message.
+void check_values(const at::Tensor& alpha, const char* op, const char* arg, bool normalised);
 
 // Dirichlet rows as standard_gamma's log output then softmax: the differentiable path,
-// and the kernel of rows that no fused kernel serves.
+// and the CPU's kernel (CUDA normalises with its own kernel, gamma_cuda.cu).
 at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator);
 
 }  // namespace wrs::gamma
