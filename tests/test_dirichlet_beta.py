@@ -112,6 +112,30 @@ def test_bad_input(device):
         torch_wrs.beta(torch.tensor([0.0], device=device), torch.tensor([0.0], device=device))
 
 
+@pytest.mark.parametrize("a,b,text", [(-1.0, 1.0, "contains a negative entry"), (1.0, float("inf"), "contains inf"),
+                                      (float("nan"), 2.0, "contains NaN"), (0.0, 0.0, "has a row whose entries are all zero")])
+def test_beta_invalid_pair_raises_in_beta_words(device, a, b, text):
+    x = torch.rand(1000, device=device) + 0.5
+    y = x.clone()
+    x[617], y[617] = a, b
+    with pytest.raises(RuntimeError, match=rf"beta: \(a, b\) {text}"):
+        torch_wrs.beta(x, y)
+    assert torch.isnan(torch_wrs.beta(x, y, validate=False)[617])
+
+
+def test_beta_is_the_first_entry_of_a_dirichlet_row(device):
+    """Same seed, same draws: beta(a, b) is dirichlet([a, b])[..., 0], with or without a
+    gradient (which takes sigmoid's equal, softmax over the two log-gammas)."""
+    a = torch.rand(3, 500, device=device, dtype=torch.float64) + 1e-3
+    b = torch.rand(500, device=device, dtype=torch.float64) * 4
+    gen = torch.Generator(device=device)
+    x = torch_wrs.beta(a, b, generator=gen.manual_seed(3))
+    row = torch_wrs.dirichlet(torch.stack(torch.broadcast_tensors(a, b), -1), generator=gen.manual_seed(3))
+    assert torch.equal(x, row[..., 0])
+    with_grad = torch_wrs.beta(a.clone().requires_grad_(), b, generator=gen.manual_seed(3))
+    torch.testing.assert_close(with_grad.detach(), x, rtol=_normalised_rtol(torch.float64, 2), atol=0)
+
+
 def test_distributions_are_drop_in(device):
     conc = torch.tensor([0.5, 2.0], device=device, requires_grad=True)
     rate = torch.tensor([1.0, 3.0], device=device)
@@ -209,3 +233,17 @@ def test_dirichlet_default_validate_captures_in_a_cuda_graph(k):
     first = out.clone()
     graph.replay()
     assert not torch.equal(first, out) and torch.allclose(out.sum(-1), torch.ones(1000, device="cuda"))
+
+
+@requires_cuda
+def test_beta_default_validate_captures_in_a_cuda_graph():
+    a, b = torch.rand(1000, device="cuda") + 0.1, torch.rand(1000, device="cuda") + 0.1
+    torch_wrs.beta(a, b)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = torch_wrs.beta(a, b)
+    graph.replay()
+    first = out.clone()
+    graph.replay()
+    # Concentrations near 0.1 put float draws at exactly 0 or 1 (P(X < 1e-7) is about 0.2).
+    assert not torch.equal(first, out) and ((out >= 0) & (out <= 1)).all()
