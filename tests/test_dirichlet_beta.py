@@ -120,18 +120,24 @@ def test_beta_invalid_pair_raises_in_beta_words(device, a, b, text):
     x[617], y[617] = a, b
     with pytest.raises(RuntimeError, match=rf"beta: \(a, b\) {text}"):
         torch_wrs.beta(x, y)
-    assert torch.isnan(torch_wrs.beta(x, y, validate=False)[617])
+    z = torch_wrs.beta(x, y, validate=False)  # no error; the other entries intact
+    rest = torch.arange(1000, device=device) != 617
+    assert ((z[rest] >= 0) & (z[rest] <= 1)).all()
 
 
 def test_beta_is_the_first_entry_of_a_dirichlet_row(device):
-    """Same seed, same draws: beta(a, b) is dirichlet([a, b])[..., 0], with or without a
-    gradient (which takes sigmoid's equal, softmax over the two log-gammas)."""
+    """Same seed, same draws: beta(a, b) is dirichlet([a, b])[..., 0] (on CUDA the same
+    kernels; on the CPU the sigmoid of the log-gammas' difference, which rounds
+    differently), with or without a gradient."""
     a = torch.rand(3, 500, device=device, dtype=torch.float64) + 1e-3
     b = torch.rand(500, device=device, dtype=torch.float64) * 4
     gen = torch.Generator(device=device)
     x = torch_wrs.beta(a, b, generator=gen.manual_seed(3))
     row = torch_wrs.dirichlet(torch.stack(torch.broadcast_tensors(a, b), -1), generator=gen.manual_seed(3))
-    assert torch.equal(x, row[..., 0])
+    if device == "cuda":
+        assert torch.equal(x, row[..., 0])
+    else:
+        torch.testing.assert_close(x, row[..., 0], rtol=_normalised_rtol(torch.float64, 2), atol=0)
     with_grad = torch_wrs.beta(a.clone().requires_grad_(), b, generator=gen.manual_seed(3))
     torch.testing.assert_close(with_grad.detach(), x, rtol=_normalised_rtol(torch.float64, 2), atol=0)
 
