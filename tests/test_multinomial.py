@@ -453,6 +453,52 @@ def test_gpu_warp_topk_equals_the_keys_and_torch_topk(rows, n, dtype):
 
 
 @requires_cuda
+@pytest.mark.parametrize("rows,n,dtype", [(3, 5000, torch.float32), (70, 1500, torch.float64), (64, 32_000, torch.bfloat16),
+                                          (1, 1 << 20, torch.float16), (2, 100_003, torch.float32), (5, 4099, torch.bfloat16),
+                                          (8, 300_000, torch.bfloat16)])
+def test_gpu_one_draw_race_equals_the_keys_and_torch_topk(rows, n, dtype):
+    """One draw from rows beyond the warp rows takes the race kernel (a block per chunk,
+    the row finished by its last chunk; rows of n % 4 != 0 leave later rows unaligned for
+    its vector loads): with or without replacement, the draw is exactly the first of the
+    keys that every-key-and-torch.topk ranks, from probabilities and from logits."""
+    g = torch.Generator().manual_seed(n + rows)
+    w = (torch.rand(rows, n, generator=g, dtype=torch.float64) ** 4).to(dtype)
+    w[:, 1::7] = 0
+    x = w.cuda()
+    reference = every_key_draws(_without_replacement, x, 1, 5)
+    for replacement in (True, False):
+        one = torch_wrs.multinomial(x, 1, replacement, generator=torch.Generator("cuda").manual_seed(5))
+        assert torch.equal(one, reference), replacement
+    logits = (torch.randn(rows, n, generator=g) * 4).to(dtype).cuda()
+    logits[:, 3::11] = float("-inf")
+
+    def from_logits(x, k, generator):
+        return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
+
+    reference = every_key_draws(from_logits, logits, 1, 7)
+    one = torch_wrs.sample_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
+    assert torch.equal(one, reference)
+
+
+@requires_cuda
+def test_gpu_one_draw_race_law_1e8():
+    """The race kernel's law: 1e8 draws over 3,800 rows of 1,100 float32 weights a call
+    (rows x n within what the race serves), zeros and a skew included."""
+    g = torch.Generator().manual_seed(17)
+    w = torch.rand(1100, generator=g, dtype=torch.float64) ** 2
+    w[::11] = 0
+    x = w.float().cuda().expand(3800, 1100).contiguous()
+    gen = torch.Generator("cuda").manual_seed(18)
+    counts = torch.zeros(1100, dtype=torch.int64, device="cuda")
+    for _ in range(132):  # 132 x 200 x 3,800 = 1.0e8
+        draws = torch.cat([torch_wrs.multinomial(x, 1, True, generator=gen) for _ in range(200)])
+        counts += torch.bincount(draws.reshape(-1), minlength=1100)
+    assert counts.sum() >= 1e8
+    assert counts[::11].sum() == 0
+    assert g_test_pvalue(counts, w.float().double()) > P_MIN
+
+
+@requires_cuda
 @pytest.mark.parametrize("layout", ["run", "sparse", "geometric", "flat"])
 @pytest.mark.parametrize("k", [33, 50, 64])
 def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k):

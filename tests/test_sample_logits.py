@@ -121,17 +121,21 @@ def test_gpu_law_1e8():
 
 
 @requires_cuda
-def test_gpu_one_draw_race_law_1e8():
-    """One draw per row from many logits takes the race (the warp top-k with k = 1): 1e8
-    draws over 250,000 rows of 1,100 bfloat16 logits a call, temperature 0.7."""
+@pytest.mark.parametrize("rows,calls,batch", [(250_000, 400, 1), (3800, 132, 200)])
+def test_gpu_one_draw_race_law_1e8(rows, calls, batch):
+    """One draw per row from many logits takes a race: the warp top-k with k = 1 (250,000
+    rows of 1,100), or the race kernel (3,800 rows of 1,100). 1e8 draws of bfloat16
+    logits, temperature 0.7."""
     g = torch.Generator().manual_seed(12)
     logits = (torch.randn(1100, generator=g) * 3).to(torch.bfloat16)
     logits[::11] = float("-inf")
-    x = logits.cuda().expand(250_000, 1100).contiguous()
+    x = logits.cuda().expand(rows, 1100).contiguous()
     gen = torch.Generator("cuda").manual_seed(13)
     counts = torch.zeros(1100, dtype=torch.int64, device="cuda")
-    for _ in range(400):
-        counts += torch.bincount(torch_wrs.sample_logits(x, temperature=0.7, generator=gen).reshape(-1), minlength=1100)
+    for _ in range(calls):
+        draws = torch.cat([torch_wrs.sample_logits(x, temperature=0.7, generator=gen) for _ in range(batch)])
+        counts += torch.bincount(draws.reshape(-1), minlength=1100)
+    assert counts.sum() >= 1e8
     assert counts[::11].sum() == 0
     assert g_test_pvalue(counts, _softmax(logits.double(), 0.7)) > P_MIN
 
@@ -146,8 +150,8 @@ def _logits_without_replacement(x, k, generator):
 def test_gpu_race_from_logits_equals_the_keys_and_torch_topk(rows, n, dtype):
     """The warp top-k from logits (whose float bound skips most float64 logs), and float
     keys computed in float for k = 100, keep exactly the first k of the keys that
-    every-key-and-torch.topk ranks, and one draw with replacement from many logits is the
-    first of them."""
+    every-key-and-torch.topk ranks, and one draw with replacement from many logits (the
+    race kernel) is the first of them."""
     g = torch.Generator().manual_seed(n + 1)
     x = (torch.randn(rows, n, generator=g) * 4).to(dtype).cuda()
     x[:, 3::11] = float("-inf")

@@ -55,6 +55,10 @@ void draw_cdf_search(const DrawCall& call);
 // The value flags of every row (summary_flags), without drawing; k and out unused.
 void flag_rows(const DrawCall& call);
 
+// One draw per row (either way; race keys, laws.h): the race's winner, one read of the
+// row and one launch, the first draw without replacement of the same seed.
+void draw_race(const DrawCall& call);
+
 // Without replacement (race keys, laws.h), up to kMaxTopK draws: warps keep the top k of
 // their stretch; a block serves several short rows, or a chunk of a long row whose
 // chunks are then merged.

@@ -29,7 +29,17 @@ namespace {
 // |                  |                                        |                     | search for one each; more samples are cut into   |
 // |                  |                                        |                     | slices over warps (past these bounds each        |
 // |                  |                                        |                     | sample's walk costs more than an alias lookup)   |
-// | k = 1, logits    | rows x n >= 2^21                       | warp top-k (race)   | one read and a float bound per item, where the   |
+// | k = 1            | rows x n <= 2^22, or logits n >= 2^14  | race (race_cuda)    | one read, one launch: the inverse CDF's three    |
+// |                  |                                        |                     | launches cost small calls more (1 x 128,256:     |
+// |                  |                                        |                     | 43 against 51-64 us a call); past 2^22 items its |
+// |                  |                                        |                     | Philox block and bound per item cost more than   |
+// |                  |                                        |                     | the CDF's two reads for probabilities (4,096 x   |
+// |                  |                                        |                     | 32,000: 0.69 against 0.37 ms), not for logits    |
+// |                  |                                        |                     | (the CDF's float64 exps); the warp top-k costs   |
+// |                  |                                        |                     | long rows of logits the same                     |
+// | k = 1, logits    | other rows x n >= 2^21                 | warp top-k (race)   | rows under 2^14 leave the race's blocks idle     |
+// |                  |                                        |                     | lanes (16,384 x 1,100: 0.27 against 0.23 ms);    |
+// |                  |                                        |                     | one read and a float bound per item, where the   |
 // |                  |                                        |                     | inverse CDF takes a float64 exp per item twice   |
 // | yes              | other rows of up to 1,024 items, k>64  | alias tables        | a block per short row of the inverse CDF costs   |
 // |                  |                                        |                     | more: 65,536 x 4, k = 128: 2.9 against 0.2 ms    |
@@ -62,14 +72,13 @@ namespace {
 // |                  |                                        |                     | near-ties among the first k + 64 by float64 key  |
 //
 // One draw without replacement is one draw with it, so k = 1 takes the with-replacement
-// rows (rows of a few items take the race, a thread per row), and one draw from logits may
-// take the race (laws.h: its law is within 2^-49 of the exact one in total variation, the
-// quantized law's within 2^-33). For probabilities in longer rows the race costs more than
-// the inverse CDF at every measured shape (its Philox block and float bound per item
-// against two cheap reads). Thresholds are measured
-// (docs/benchmarks.md, the sweep; scripts/profile_cases.py race).
+// rows, and one draw may take the race (laws.h: its law is within 2^-49 of the exact one
+// in total variation, the quantized law's within 2^-33). Thresholds are measured
+// (docs/benchmarks.md: the sweep, and session 15's race against the inverse CDF and the
+// warp top-k, in one process on an H100).
 enum class Method {
   kWarpRows,
+  kRace,
   kInverseCdf,
   kCdfSearch,
   kAliasTables,
@@ -82,6 +91,12 @@ enum class Method {
 
 constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
 constexpr int64_t kRaceThreadRowsUpTo = 8;
+constexpr int64_t kRaceUpToItems = int64_t{1} << 22;
+constexpr int64_t kRaceLogitRowsFrom = int64_t{1} << 14;
+
+bool race_serves(const Request& r) {
+  return r.rows * r.n <= kRaceUpToItems || (r.logits && r.n >= kRaceLogitRowsFrom);
+}
 
 // With replacement, more draws than the inverse CDF over chunks holds:
 //
@@ -112,6 +127,7 @@ Method choose(const Request& r) {
   if (r.k == 1 && r.n <= kRaceThreadRowsUpTo) return Method::kThreadTopK;
   if (r.replacement || r.k == 1) {
     if (warp_rows_serve(r.rows, r.n, r.k, r.x.scalar_type() == at::kDouble)) return Method::kWarpRows;
+    if (r.k == 1 && race_serves(r)) return Method::kRace;
     if (r.k == 1 && r.logits && r.rows * r.n >= kLogitRaceFromItems) return Method::kTopK;
     if (r.n <= kMaxWarpRow && r.k > kWarpRowSlice) return many_draws(r);
     const int64_t chunks = inverse_cdf_chunks(r.rows, r.n);
@@ -202,8 +218,8 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
   const bool capturing = status.capturing();
   const Method method = choose(r);
   // Race keys take two Philox blocks (8 draws) per subsequence, the others one.
-  const bool race = method == Method::kThreadTopK || method == Method::kTwoPassTopK || method == Method::kTopK ||
-                    method == Method::kChunkMaxTopK || method == Method::kKeysTopK;
+  const bool race = method == Method::kRace || method == Method::kThreadTopK || method == Method::kTwoPassTopK ||
+                    method == Method::kTopK || method == Method::kChunkMaxTopK || method == Method::kKeysTopK;
   DrawCall call{r.x,
                 r.rows,
                 r.n,
@@ -217,6 +233,9 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
   switch (method) {
     case Method::kWarpRows:
       draw_warp_rows(call);
+      break;
+    case Method::kRace:
+      draw_race(call);
       break;
     case Method::kInverseCdf:
       draw_inverse_cdf(call, inverse_cdf_chunks(r.rows, r.n));

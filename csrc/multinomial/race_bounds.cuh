@@ -1,0 +1,74 @@
+#pragma once
+// Float bounds on race keys (laws.h: w / E for probabilities, x / T - log E for logits),
+// from the high 32 of the 64 random bits that exponential() takes: every race kernel
+// (topk_cuda.cu, race_cuda.cu) rules out with them the items whose keys cannot win, so
+// that most items skip their low word and the float64 log. Each bound holds for the
+// float64 key exactly; the margins cover the float errors named beside them.
+#include "multinomial/laws.h"
+
+#include <cfloat>
+#include <cstdint>
+
+namespace wrs::multinomial {
+
+// A lower bound of E, in float, from the high word of its 64 bits as exponential() takes
+// them: E >= -log((hi + 1) 2^-32), computed in float (__logf: 2^-21.41 absolute near 1, 3
+// ulp elsewhere; the float conversions 2^-24 relative) and shrunk by 2^-12 relative and
+// 2^-20 absolute, well past those errors.
+__device__ inline float e_below(uint32_t hi) {
+  const float u_above = (static_cast<float>(hi) + 1.0f) * 0x1.0p-32f;  // >= u, in (0, 1]
+  return fmaxf(-__logf(u_above) * (1.0f - 0x1.0p-12f) - 0x1.0p-20f, 0.0f);
+}
+
+// Is the key of item value v, with E drawn from high word `hi`, surely below t (what it
+// must beat)? A float bound, so that most items skip the low word and the float64 log;
+// true only where the exact key is below t.
+// Probabilities, key v / E: below t > 0 when v < t e_below, with the product shrunk by
+// 2^-12 relative past its float errors.
+template <typename value_t>  // float or double: the input's value, exact
+__device__ inline bool surely_below(const ProbWeights&, value_t v, uint32_t hi, double t) {
+  const float vf = static_cast<float>(v), tf = static_cast<float>(t);
+  if (!(vf >= FLT_MIN && tf >= FLT_MIN && tf <= 1e30f)) return false;  // normal floats only
+  return vf < tf * e_below(hi) * (1.0f - 0x1.0p-12f);
+}
+// Logits, key v / T - log E: below t when v / T - log(e_below) is, past a margin of 2^-16
+// relative to the terms plus 2^-16 absolute. The float errors it covers: v / T and t
+// rounded to float (2^-22.4 and 2^-24 relative), __logf (2^-21.4 absolute or relative),
+// the sum (2^-24 relative).
+template <typename value_t>
+__device__ inline bool surely_below(const LogitWeights& w, value_t v, uint32_t hi, double t) {
+  const float vt = static_cast<float>(v) * static_cast<float>(w.inv_temperature);
+  const float tf = static_cast<float>(t);
+  const float e = e_below(hi);
+  if (!(fabsf(vt) <= 1e30f && fabsf(tf) <= 1e30f && e >= FLT_MIN)) return false;
+  const float minus_log_e = -__logf(e);  // >= -log E
+  const float margin = (fabsf(vt) + fabsf(minus_log_e) + fabsf(tf)) * 0x1.0p-16f + 0x1.0p-16f;
+  return vt + minus_log_e + margin < tf;
+}
+
+// An upper bound of E from the high word of its 64 bits: E <= -log(hi 2^-32), in float,
+// grown by 2^-12 relative and 2^-20 absolute past the errors e_below allows for; infinite
+// for hi = 0.
+__device__ inline float e_above(uint32_t hi) {
+  if (hi == 0) return INFINITY;
+  return -__logf(static_cast<float>(hi) * 0x1.0p-32f) * (1.0f + 0x1.0p-12f) + 0x1.0p-20f;
+}
+
+// A float strictly below the exact key of item value v with E drawn from high word `hi`
+// (the margins of surely_below's), or -INFINITY.
+template <typename value_t>
+__device__ inline float key_below(const ProbWeights&, value_t v, uint32_t hi) {
+  const float vf = static_cast<float>(v);
+  if (!(vf >= FLT_MIN && vf <= 1e30f)) return -INFINITY;
+  return vf / e_above(hi) * (1.0f - 0x1.0p-12f);
+}
+template <typename value_t>
+__device__ inline float key_below(const LogitWeights& w, value_t v, uint32_t hi) {
+  const float vt = static_cast<float>(v) * static_cast<float>(w.inv_temperature);
+  const float e = e_above(hi);
+  if (!(fabsf(vt) <= 1e30f && e <= 1e30f)) return -INFINITY;
+  const float minus_log_e = -__logf(e);  // <= -log E, up to __logf's error
+  return vt + minus_log_e - ((fabsf(vt) + fabsf(minus_log_e)) * 0x1.0p-16f + 0x1.0p-16f);
+}
+
+}  // namespace wrs::multinomial
