@@ -71,4 +71,13 @@ __device__ inline float key_below(const LogitWeights& w, value_t v, uint32_t hi)
   return vt + minus_log_e - ((fabsf(vt) + fabsf(minus_log_e)) * 0x1.0p-16f + 0x1.0p-16f);
 }
 
+// Floats as unsigned integers in the same order, for a warp's max in one redux.
+__device__ inline uint32_t ordered_float_bits(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return b >> 31 ? ~b : b | 0x80000000u;
+}
+__device__ inline float from_ordered_float_bits(uint32_t o) {
+  return __uint_as_float(o >> 31 ? o & 0x7fffffffu : ~o);
+}
+
 }  // namespace wrs::multinomial

@@ -58,13 +58,6 @@ struct CombineBest {
 
 using BestReduce = cub::BlockReduce<Best, kThreads>;
 
-// Floats as unsigned integers in the same order, for the warp's max (one redux).
-__device__ inline uint32_t ordered(float f) {
-  const uint32_t b = __float_as_uint(f);
-  return b >> 31 ? ~b : b | 0x80000000u;
-}
-__device__ inline float from_ordered(uint32_t o) { return __uint_as_float(o >> 31 ? o & 0x7fffffffu : ~o); }
-
 // The row's draw and flags from its best: the value flags are the warps'; a zero or
 // non-finite sum (probabilities), or no finite logit, is the row's.
 template <typename Weights>
@@ -175,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 4)
           if (item[j][h] && nonzero_value<Weights>(v[j][h])) below = fmaxf(below, key_below(wts, v[j][h], hi[j][h]));
         }
       }
-      warp_floor = from_ordered(__reduce_max_sync(kFullMask, ordered(below)));
+      warp_floor = from_ordered_float_bits(__reduce_max_sync(kFullMask, ordered_float_bits(below)));
     }
 #pragma unroll
     for (int j = 0; j < kQuadsPerThread; ++j) {
@@ -212,7 +205,8 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
     }
     // Each lane's best rounded down to float: the warp's largest is at most a key it holds.
-    warp_floor = fmaxf(warp_floor, from_ordered(__reduce_max_sync(kFullMask, ordered(__double2float_rd(mine.key)))));
+    warp_floor = fmaxf(warp_floor, from_ordered_float_bits(
+        __reduce_max_sync(kFullMask, ordered_float_bits(__double2float_rd(mine.key)))));
   }
   flags = __reduce_or_sync(kFullMask, flags);
   if (threadIdx.x % kWarp == 0 && flags) atomicOr(status, flags);

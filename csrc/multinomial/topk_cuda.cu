@@ -239,10 +239,7 @@ __device__ double trip_key_floor(const scalar_t* xr, int64_t n, int64_t base, in
       if (4 * q + h < n) best = fmaxf(best, key_below(wts, static_cast<double>(xr[4 * q + h]), hi[h]));
     }
   }
-  // Floats as unsigned integers in the same order, for the warp's max.
-  const uint32_t b = __float_as_uint(best);
-  const uint32_t top = __reduce_max_sync(kFullMask, b >> 31 ? ~b : b | 0x80000000u);
-  return static_cast<double>(__uint_as_float(top >> 31 ? top & 0x7fffffffu : ~top));
+  return static_cast<double>(from_ordered_float_bits(__reduce_max_sync(kFullMask, ordered_float_bits(best))));
 }
 
 // A trip's candidates per warp: keys and their items' offsets from the trip's first item.
