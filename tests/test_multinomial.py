@@ -499,6 +499,60 @@ def test_gpu_one_draw_race_law_1e8():
 
 
 @requires_cuda
+@pytest.mark.parametrize("rows,n,dtype", [(65_536, 200, torch.bfloat16), (70_001, 1000, torch.float32),
+                                          (65_536, 4096, torch.float16), (65_536, 4099, torch.float32)])
+def test_gpu_thread_rows_from_many_rows_equal_the_keys_and_torch_topk(rows, n, dtype):
+    """From 65,536 rows or more of up to 4,096 items, up to 8 draws without replacement, and
+    one draw from logits of more than 128 items, take a thread per row: exactly the first
+    k of the keys that every-key-and-torch.topk ranks (n = 4,099 goes to the warp top-k:
+    the same draws)."""
+    g = torch.Generator().manual_seed(n + rows)
+    w = (torch.rand(rows, n, generator=g, dtype=torch.float64) ** 4).to(dtype)
+    w[:, 1::7] = 0
+    x = w.cuda()
+    reference = every_key_draws(_without_replacement, x, 8, 5)
+    for k in (2, 5, 8):
+        ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(5))
+        assert torch.equal(ours, reference[:, :k]), k
+    del x, w, reference
+    logits = (torch.randn(rows, n, generator=g) * 4).to(dtype).cuda()
+    logits[:, 3::11] = float("-inf")
+
+    def from_logits(x, k, generator):
+        return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
+
+    reference = every_key_draws(from_logits, logits, 8, 7)
+    one = torch_wrs.sample_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
+    assert torch.equal(one, reference[:, :1])
+    eight = from_logits(logits, 8, torch.Generator("cuda").manual_seed(7))
+    assert torch.equal(eight, reference)
+
+
+@requires_cuda
+def test_gpu_thread_rows_from_many_rows_first_two_draws_1e8():
+    """A thread per row from 65,536 rows of 300 items, two draws without replacement: over
+    1e8 rows the first draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i)."""
+    g = torch.Generator().manual_seed(23)
+    w = torch.rand(300, generator=g, dtype=torch.float64) ** 3
+    w[::7] = 0
+    x = w.float().cuda().expand(65_536, 300).contiguous()
+    gen = torch.Generator("cuda").manual_seed(24)
+    first = torch.zeros(300, dtype=torch.int64, device="cuda")
+    second = torch.zeros(300, dtype=torch.int64, device="cuda")
+    for _ in range(1526):  # 1,526 x 65,536 = 1.0e8
+        s = torch_wrs.multinomial(x, 2, False, generator=gen)
+        first += torch.bincount(s[:, 0], minlength=300)
+        second += torch.bincount(s[:, 1], minlength=300)
+    assert first.sum() >= 1e8
+    assert (s[:, 0] != s[:, 1]).all()
+    assert first[::7].sum() == 0 and second[::7].sum() == 0
+    p = w.float().double()
+    p = p / p.sum()
+    assert g_test_pvalue(first, p) > P_MIN
+    assert g_test_pvalue(second, _second_draw_law(p)) > P_MIN
+
+
+@requires_cuda
 @pytest.mark.parametrize("layout", ["run", "sparse", "geometric", "flat"])
 @pytest.mark.parametrize("k", [33, 50, 64])
 def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k):
@@ -688,8 +742,9 @@ def _second_draw_law(p):
 @requires_cuda
 @pytest.mark.parametrize("n,k", [(18, 8), (30, 2), (1000, 8), (6000, 32), (30_000, 5), (10_000, 100), (900, 300)])
 def test_gpu_without_replacement_first_two_draws(n, k):
-    """The fused top-k kernels (a thread per row of up to 32 items; 1, 4 and 8 warps per
-    row) and torch.topk of float keys computed in float (k = 100 and 300):
+    """The fused top-k kernels (a thread per row: of up to 32 items, and of 1,000 from 1e6
+    rows; 4 and 8 warps per row) and torch.topk of float keys computed in float (k = 100
+    and 300):
     over 1e6 identical rows the
     first draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i); no row repeats
     an index. Weights are skewed so that the top categories carry the test's power."""

@@ -140,6 +140,24 @@ def test_gpu_one_draw_race_law_1e8(rows, calls, batch):
     assert g_test_pvalue(counts, _softmax(logits.double(), 0.7)) > P_MIN
 
 
+@requires_cuda
+def test_gpu_thread_rows_one_draw_law_1e8():
+    """One draw per row from 65,536 rows of 1,000 logits takes a thread per row: 1e8 draws
+    follow softmax(x / T); -inf logits are never drawn."""
+    g = torch.Generator().manual_seed(29)
+    logits = torch.randn(1000, generator=g, dtype=torch.float64) * 2
+    logits[::9] = float("-inf")
+    x = logits.to(torch.bfloat16).cuda().expand(65_536, 1000).contiguous()
+    gen = torch.Generator("cuda").manual_seed(30)
+    counts = torch.zeros(1000, dtype=torch.int64, device="cuda")
+    for _ in range(1526):  # 1,526 x 65,536 = 1.0e8
+        counts += torch.bincount(torch_wrs.sample_logits(x, 1, temperature=0.8, generator=gen).reshape(-1),
+                                 minlength=1000)
+    assert counts.sum() >= 1e8
+    assert counts[::9].sum() == 0
+    assert g_test_pvalue(counts, _softmax(logits.to(torch.bfloat16).double(), 0.8)) > P_MIN
+
+
 def _logits_without_replacement(x, k, generator):
     return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
 

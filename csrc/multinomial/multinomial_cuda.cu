@@ -24,6 +24,10 @@ namespace {
 // | k = 1            | n <= 8                                 | thread top-k (race) | a thread per row of a few items: warp rows give  |
 // |                  |                                        |                     | a row 8 lanes and reduce over them (2^20 x 4:    |
 // |                  |                                        |                     | 0.23 ms, a thread per row about half of that)    |
+// | k = 1, logits    | rows >= 65,536, 128 < n <= 4,096       | thread top-k (race) | warp rows take a float64 exp per item, the warp  |
+// |                  |                                        |                     | top-k merges lists: 65,536 x 1,024 bfloat16:     |
+// |                  |                                        |                     | 0.53 against 1.31 ms (warp rows); x 130: 0.13    |
+// |                  |                                        |                     | against 0.19; at 100 items the two tie           |
 // | yes, or k = 1    | n <= 1,024 (float64: 512), k <= 64;    | warp rows           | one read; 8-32 lanes per row share the per-row   |
 // |                  | n <= 32, k <= 1,024, rows x k <= 2^18  |                     | reductions and scale, and beyond 8 samples       |
 // |                  |                                        |                     | search for one each; more samples are cut into   |
@@ -49,8 +53,10 @@ namespace {
 // |                  | <= 2^21 from rows of >= 2^14 items     | (many_draws below)  | cheaper than the alias build where draws are few |
 // | yes              | more draws                             | alias tables        | the O(n) build pays for itself over many draws;  |
 // |                  |                                        |                     | its value checks flag the call's status word     |
-// | no               | n <= 32 and k <= 8                     | thread top-k        | a row's keys fit one thread; a warp per row      |
-// |                  |                                        |                     | would idle most lanes and sort 32-key lists      |
+// | no               | k <= 8 and n <= 32, or rows >= 65,536  | thread top-k        | a row's keys fit one thread; a warp per row      |
+// |                  | and n <= 4,096                         |                     | would idle most lanes and sort 32-key lists, and |
+// |                  |                                        |                     | with many rows costs more (1,048,576 x 100,      |
+// |                  |                                        |                     | k = 2: 3.9 against 1.2 ms)                       |
 // | no               | 32 < k <= 64, n >= 256 k; rows <= 256  | two-pass top-k      | each chunk's largest key first (as one draw: few |
 // |                  | or n >= 2,048 k                        |                     | keys admitted), then only the k chunks with the  |
 // |                  |                                        |                     | largest, which hold the top k, above the k-th of |
@@ -91,6 +97,7 @@ enum class Method {
 
 constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
 constexpr int64_t kRaceThreadRowsUpTo = 8;
+constexpr int64_t kThreadLogitRowsFrom = 128;  // items: exclusive
 constexpr int64_t kRaceUpToItems = int64_t{1} << 22;
 constexpr int64_t kRaceLogitRowsFrom = int64_t{1} << 14;
 
@@ -125,6 +132,9 @@ Method many_draws(const Request& r) {
 
 Method choose(const Request& r) {
   if (r.k == 1 && r.n <= kRaceThreadRowsUpTo) return Method::kThreadTopK;
+  if (r.k == 1 && r.logits && r.n > kThreadLogitRowsFrom && thread_rows_serve(r.rows, r.n, 1)) {
+    return Method::kThreadTopK;
+  }
   if (r.replacement || r.k == 1) {
     if (warp_rows_serve(r.rows, r.n, r.k, r.x.scalar_type() == at::kDouble)) return Method::kWarpRows;
     if (r.k == 1 && race_serves(r)) return Method::kRace;
@@ -134,7 +144,7 @@ Method choose(const Request& r) {
     const bool fits = r.k <= (chunks == 1 ? kMaxRowSamples : kMaxChunkSamples);
     return fits ? Method::kInverseCdf : many_draws(r);
   }
-  if (thread_rows_serve(r.n, r.k)) return Method::kThreadTopK;
+  if (thread_rows_serve(r.rows, r.n, r.k)) return Method::kThreadTopK;
   if (two_pass_serves(r.rows, r.n, r.k)) return Method::kTwoPassTopK;
   if (r.k <= kMaxTopK) return Method::kTopK;
   return chunk_max_serves(r.rows, r.n, r.k) ? Method::kChunkMaxTopK : Method::kKeysTopK;

@@ -856,9 +856,10 @@ __global__ void picked_items_kernel(int64_t rows, int64_t k, int64_t chunk, cons
   }
 }
 
-// Short rows (n <= kMaxThreadRow items, k <= K draws): a thread per row, the same keys
-// (quad_keys) kept in decreasing order in registers by insertion; a warp per row would
-// leave most of its lanes idle and sort a 32-key list for a handful of items.
+// Few draws (k <= K) from short rows, or from many rows (thread_rows_serve): a thread per
+// row, the same keys (quad_keys) kept in decreasing order in registers by insertion; a
+// warp per row would leave most of its lanes idle and sort a 32-key list for a handful
+// of items, and from many rows it is the slower (kernels_cuda.cuh).
 template <typename scalar_t, typename Weights, int K>
 __global__ void thread_rows_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, Weights wts,
                                    at::PhiloxCudaState philox, int64_t* out, uint32_t* status) {
@@ -1064,10 +1065,12 @@ void draw_two_pass_topk(const DrawCall& call) {
   });
 }
 
-bool thread_rows_serve(int64_t n, int64_t k) { return n <= kMaxThreadRow && k <= kMaxThreadRowSamples; }
+bool thread_rows_serve(int64_t rows, int64_t n, int64_t k) {
+  return k <= kMaxThreadRowSamples && (n <= kMaxThreadRow || (rows >= kThreadRowsFrom && n <= kMaxThreadLongRow));
+}
 
 void draw_thread_topk(const DrawCall& call) {
-  TORCH_INTERNAL_ASSERT(thread_rows_serve(call.n, call.k));
+  TORCH_INTERNAL_ASSERT(thread_rows_serve(call.rows, call.n, call.k));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "thread_topk_cuda", [&] {
     with_weights(call, [&](const auto& wts) {
       if (call.k <= 2) {
