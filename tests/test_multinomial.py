@@ -435,6 +435,17 @@ def _without_replacement(x, k, generator):
     return torch_wrs.multinomial(x, k, False, generator=generator)
 
 
+def _logits_without_replacement(x, k, generator):
+    return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
+
+
+def _logits_with_minus_inf(rows, n, generator, dtype):
+    """Logits on the GPU, every 11th from the 4th -inf (never drawn)."""
+    logits = (torch.randn(rows, n, generator=generator) * 4).to(dtype).cuda()
+    logits[:, 3::11] = float("-inf")
+    return logits
+
+
 @requires_cuda
 @pytest.mark.parametrize("rows,n", [(4, 90), (300, 1000), (8, 100_000), (1, 1 << 20), (2, 3_000_000)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -469,13 +480,8 @@ def test_gpu_one_draw_race_equals_the_keys_and_torch_topk(rows, n, dtype):
     for replacement in (True, False):
         one = torch_wrs.multinomial(x, 1, replacement, generator=torch.Generator("cuda").manual_seed(5))
         assert torch.equal(one, reference), replacement
-    logits = (torch.randn(rows, n, generator=g) * 4).to(dtype).cuda()
-    logits[:, 3::11] = float("-inf")
-
-    def from_logits(x, k, generator):
-        return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
-
-    reference = every_key_draws(from_logits, logits, 1, 7)
+    logits = _logits_with_minus_inf(rows, n, g, dtype)
+    reference = every_key_draws(_logits_without_replacement, logits, 1, 7)
     one = torch_wrs.sample_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
     assert torch.equal(one, reference)
 
@@ -515,16 +521,11 @@ def test_gpu_thread_rows_from_many_rows_equal_the_keys_and_torch_topk(rows, n, d
         ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(5))
         assert torch.equal(ours, reference[:, :k]), k
     del x, w, reference
-    logits = (torch.randn(rows, n, generator=g) * 4).to(dtype).cuda()
-    logits[:, 3::11] = float("-inf")
-
-    def from_logits(x, k, generator):
-        return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
-
-    reference = every_key_draws(from_logits, logits, 8, 7)
+    logits = _logits_with_minus_inf(rows, n, g, dtype)
+    reference = every_key_draws(_logits_without_replacement, logits, 8, 7)
     one = torch_wrs.sample_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
     assert torch.equal(one, reference[:, :1])
-    eight = from_logits(logits, 8, torch.Generator("cuda").manual_seed(7))
+    eight = _logits_without_replacement(logits, 8, torch.Generator("cuda").manual_seed(7))
     assert torch.equal(eight, reference)
 
 
