@@ -9,7 +9,7 @@ import torch
 import torch_wrs
 from conftest import requires_cuda
 from helpers import every_key_draws, g_test_pvalue
-from test_multinomial import _second_draw_law
+from test_multinomial import _logits_without_replacement, _second_draw_law
 
 P_MIN = 1e-4
 
@@ -156,10 +156,6 @@ def test_gpu_thread_rows_one_draw_law_1e8():
     assert counts.sum() >= 1e8
     assert counts[::9].sum() == 0
     assert g_test_pvalue(counts, _softmax(logits.to(torch.bfloat16).double(), 0.8)) > P_MIN
-
-
-def _logits_without_replacement(x, k, generator):
-    return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
 
 
 @requires_cuda

@@ -97,7 +97,7 @@ enum class Method {
 
 constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
 constexpr int64_t kRaceThreadRowsUpTo = 8;
-constexpr int64_t kThreadLogitRowsFrom = 128;  // items: exclusive
+constexpr int64_t kWarpLogitRowsUpTo = 128;  // one draw: longer logit rows from many rows take a thread
 constexpr int64_t kRaceUpToItems = int64_t{1} << 22;
 constexpr int64_t kRaceLogitRowsFrom = int64_t{1} << 14;
 
@@ -132,7 +132,7 @@ Method many_draws(const Request& r) {
 
 Method choose(const Request& r) {
   if (r.k == 1 && r.n <= kRaceThreadRowsUpTo) return Method::kThreadTopK;
-  if (r.k == 1 && r.logits && r.n > kThreadLogitRowsFrom && thread_rows_serve(r.rows, r.n, 1)) {
+  if (r.k == 1 && r.logits && r.n > kWarpLogitRowsUpTo && thread_rows_serve(r.rows, r.n, 1)) {
     return Method::kThreadTopK;
   }
   if (r.replacement || r.k == 1) {
