@@ -677,13 +677,15 @@ def test_gpu_many_samples_without_replacement_errors_and_law():
 
 @requires_cuda
 @pytest.mark.parametrize("n,dtype", [(20, torch.float32), (50, torch.float64), (100, torch.float32),
-                                     (200, torch.bfloat16), (500, torch.float32),
+                                     (200, torch.bfloat16), (300, torch.float64), (500, torch.float32),
                                      (1000, torch.float32), (1000, torch.float64), (2000, torch.float16)])
-@pytest.mark.parametrize("k", [1, 40])
+@pytest.mark.parametrize("k", [1, 4, 40])
 def test_gpu_one_pass_law_per_row_length(n, dtype, k):
     """Each row length class of the one-pass kernels (8, 16 or 32 lanes per row holding 4
-    to 32 items each; a block per row for long rows or many samples): 1e7 draws pooled
-    over identical rows, a row count that leaves a warp's last row group part-empty."""
+    to 32 items each; a block per row for long rows or many samples), with the units held
+    (k = 40, and rows whose held kernel keeps two blocks an SM) and computed again by the
+    owner lane (k <= 4 at 100, 300, 500 and 1,000 float32 or float64 items): 1e7 draws
+    pooled over identical rows, a row count that leaves a warp's last row group part-empty."""
     g = torch.Generator().manual_seed(30 + n)
     w = (torch.rand(n, generator=g, dtype=torch.float64) ** 3).to(dtype)
     w[::5] = 0

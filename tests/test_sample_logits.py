@@ -121,6 +121,26 @@ def test_gpu_law_1e8():
 
 
 @requires_cuda
+@pytest.mark.parametrize("n,k,dtype", [(1000, 1, torch.bfloat16), (700, 4, torch.float32), (1000, 2, torch.float16),
+                                       (500, 2, torch.float64), (100, 1, torch.float64)])
+def test_gpu_warp_rows_few_draws_law_1e7(n, k, dtype):
+    """Up to four draws a row from logits, where the warp rows' owner lane computes its
+    units again (an exp each) instead of holding them (32 items a lane, or float64): 1e7
+    draws pooled over identical rows (fewer than 65,536, where a thread per row would take
+    one draw), -inf never drawn."""
+    g = torch.Generator().manual_seed(40 + n + k)
+    logits = (torch.randn(n, generator=g) * 3).to(dtype)
+    logits[::11] = float("-inf")
+    rows = 50_003
+    x = logits.cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(41)
+    counts = sum(torch.bincount(torch_wrs.sample_logits(x, k, temperature=0.9, generator=gen).reshape(-1),
+                                minlength=n) for _ in range(10_000_000 // (rows * k) + 1))
+    assert counts[::11].sum() == 0
+    assert g_test_pvalue(counts, _softmax(logits.double(), 0.9)) > P_MIN
+
+
+@requires_cuda
 @pytest.mark.parametrize("rows,calls,batch", [(250_000, 400, 1), (3800, 132, 200)])
 def test_gpu_one_draw_race_law_1e8(rows, calls, batch):
     """One draw per row from many logits takes a race: the warp top-k with k = 1 (250,000

@@ -3,8 +3,8 @@
 // Each row is quantized exactly as alias tables do (laws.h), its integers are scanned
 // across the row's lanes, and each sample is an inverse-CDF lookup on them. The items may
 // sit in any order along the CDF (the law does not depend on it), so lane l of a row
-// holds items j * LANES + l (coalesced stripes), prefetched into registers for the next
-// row group while the warp works on the current one from shared memory.
+// holds items j * LANES + l (coalesced stripes), staged in shared memory, and (where it
+// holds its units, below) the next row group's are prefetched into registers meanwhile.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
 #include "multinomial/kernels_cuda.cuh"
@@ -22,6 +22,24 @@ constexpr int kWarpsPerBlock = kThreads / kWarp;
 constexpr int64_t kMaxShortRowSamples = 1024;      // rows of up to 32 items: samples per row
 constexpr int64_t kMaxShortRowDraws = int64_t{1} << 18;  // and per call
 constexpr int64_t kOwnerSearches = 8;  // samples a row up to which owners search their registers
+
+// Units held in registers or computed again (HOLD_UNITS below), by the call (H100, us a
+// call, held / computed again, the same draws):
+//
+// | samples | items in  | held kernel's  | units    | why                                      |
+// | a row   | the call  | blocks an SM   |          |                                          |
+// | ------- | --------- | -------------- | -------- | ---------------------------------------- |
+// | k <= 4  | >= 2^21   | 1 (over 128    | computed | more warps resident: 65,536 x 1,000      |
+// |         |           | registers)     | again    | bfloat16, k = 1: 513 / 380, k = 4: 600 / |
+// |         |           |                |          | 513; 1,048,576 x 100 float32, k = 1: 942 |
+// |         |           |                |          | / 676; 65,536 x 300 float64: 281 / 179   |
+// | other   |           |                | held     | two blocks already resident: 1,048,576 x |
+// |         |           |                |          | 100 bfloat16, k = 1: 614 / 665; more     |
+// |         |           |                |          | draws walk more (float32, k = 8: 1,479 / |
+// |         |           |                |          | 1,543); a small call waits on the walk   |
+// |         |           |                |          | (256 x 1,000 bfloat16, k = 1: 30 / 37)   |
+constexpr int64_t kRecomputeRowSamples = 4;
+constexpr int64_t kRecomputeFromItems = int64_t{1} << 21;
 
 // Inputs as held in registers: float unless they are doubles (exact either way).
 template <typename scalar_t>
@@ -45,10 +63,26 @@ __device__ inline Summary row_summary(Summary s) {
 // samples; each warp takes items w, w + W, ... (W warps in the grid). A row's slices
 // each reduce the row again (it is short, and in L1 or L2), so that many samples from
 // few rows still spread over the whole GPU.
-template <typename scalar_t, typename Weights, int LANES, int ITEMS>
-__global__ void __launch_bounds__(kThreads)
+//
+// HOLD_UNITS: each lane keeps its units in registers for its samples' searches, and the
+// next row group's inputs are loaded while the warp works on this one. Without it (the
+// table above) the owner lane computes its units again from the staged items, up to the
+// point, and float and half rows are not prefetched: at 32 items a lane the held kernel
+// takes 254 registers, one block an SM, the other 56-66 and no spills. Doubles keep the
+// prefetch, which measured faster for them (65,536 x 500, k = 1: 215 against 308 us) and
+// slower for narrower types (1,048,576 x 100 bfloat16: 695 against 624).
+// Resident blocks asked of the compiler: with units held, its own choice (0: none); the
+// other kernel without spills, at least 3 blocks an SM where rows are not prefetched.
+template <typename scalar_t, bool HOLD_UNITS>
+constexpr bool kPrefetchRows = HOLD_UNITS || std::is_same_v<scalar_t, double>;
+template <typename scalar_t, bool HOLD_UNITS>
+constexpr int kWarpRowsMinBlocks = HOLD_UNITS ? 0 : kPrefetchRows<scalar_t, HOLD_UNITS> ? 1 : 3;
+
+template <typename scalar_t, typename Weights, int LANES, int ITEMS, bool HOLD_UNITS>
+__global__ void __launch_bounds__(kThreads, kWarpRowsMinBlocks<scalar_t, HOLD_UNITS>)
     warp_rows_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, int64_t slices, Weights wts,
                      at::PhiloxCudaState philox, int64_t* out, uint32_t* status) {
+  constexpr bool kPrefetch = kPrefetchRows<scalar_t, HOLD_UNITS>;
   constexpr int kRowsPerWarp = kWarp / LANES;
   // Each row's slots padded by LANES: with ITEMS + 1 odd, the rows of a warp start in
   // different banks, so slot j of every lane of the warp is conflict-free.
@@ -61,13 +95,15 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t work = (rows + kRowsPerWarp - 1) / kRowsPerWarp * slices;
   const int64_t slice_samples = (k + slices - 1) / slices;
   const PhiloxSeed seed = philox_seed(philox);
-  scalar_t next[ITEMS];
+  scalar_t next[kPrefetch ? ITEMS : 1];
   auto fetch = [&](int64_t group) {
-    const int64_t row = group * kRowsPerWarp + lane / LANES;
+    if constexpr (kPrefetch) {
+      const int64_t row = group * kRowsPerWarp + lane / LANES;
 #pragma unroll
-    for (int j = 0; j < ITEMS; ++j) {
-      const int64_t i = j * LANES + l;
-      next[j] = row < rows && i < n ? x[row * n + i] : scalar_t(0);
+      for (int j = 0; j < ITEMS; ++j) {
+        const int64_t i = j * LANES + l;
+        next[j] = row < rows && i < n ? x[row * n + i] : scalar_t(0);
+      }
     }
   };
   int64_t w = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
@@ -81,7 +117,13 @@ __global__ void __launch_bounds__(kThreads)
     Summary mine = Weights::empty();
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
-      const held_t<scalar_t> h = static_cast<held_t<scalar_t>>(next[j]);
+      scalar_t xv;
+      if constexpr (kPrefetch) {
+        xv = next[j];
+      } else {
+        xv = valid && j * LANES + l < n ? x[row * n + j * LANES + l] : scalar_t(0);
+      }
+      const held_t<scalar_t> h = static_cast<held_t<scalar_t>>(xv);
       v[j * LANES] = h;  // the lane's own slots: only it reads them back
       if (j * LANES + l < n) mine = wts.add(mine, h);
     }
@@ -90,12 +132,13 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t flags = summary_flags(sum);
     if (valid && l == 0 && s_begin == 0 && flags) atomicOr(status, flags);
     const RowLaw law = row_law<Weights>(sum, n);
-    uint64_t q[ITEMS];  // the lane's units, in registers for every sample's search
+    uint64_t q[HOLD_UNITS ? ITEMS : 1];  // the lane's units, held for many samples' searches
     uint64_t mass = 0;
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
-      q[j] = j * LANES + l < n ? units(wts, v[j * LANES], law, n) : uint64_t{0};
-      mass += q[j];
+      const uint64_t u = j * LANES + l < n ? units(wts, v[j * LANES], law, n) : uint64_t{0};
+      if constexpr (HOLD_UNITS) q[j] = u;
+      mass += u;
     }
     uint64_t through = mass;  // inclusive scan over the row's lanes
     for (int offset = 1; offset < LANES; offset *= 2) {
@@ -117,21 +160,23 @@ __global__ void __launch_bounds__(kThreads)
         const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s0 + l));
         point = uniform_point(r.x, r.y, total);
       }
-      if (k > kOwnerSearches) {
-        int owner = 0;  // the last lane starting at or below the point: its range holds it
+      if constexpr (HOLD_UNITS) {
+        if (k > kOwnerSearches) {
+          int owner = 0;  // the last lane starting at or below the point: its range holds it
 #pragma unroll
-        for (int step = LANES / 2; step > 0; step /= 2) {
-          if (__shfl_sync(kFullMask, before, owner + step, LANES) <= point) owner += step;
-        }
-        uint64_t end = __shfl_sync(kFullMask, before, owner, LANES);
-        int64_t item = -1;
+          for (int step = LANES / 2; step > 0; step /= 2) {
+            if (__shfl_sync(kFullMask, before, owner + step, LANES) <= point) owner += step;
+          }
+          uint64_t end = __shfl_sync(kFullMask, before, owner, LANES);
+          int64_t item = -1;
 #pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {  // items past n hold 0 units: never the item
-          end += __shfl_sync(kFullMask, q[j], owner, LANES);
-          item = item < 0 && point < end ? j * LANES + owner : item;
+          for (int j = 0; j < ITEMS; ++j) {  // items past n hold 0 units: never the item
+            end += __shfl_sync(kFullMask, q[j], owner, LANES);
+            item = item < 0 && point < end ? j * LANES + owner : item;
+          }
+          if (mine_to_draw) out[row * k + s0 + l] = item < 0 ? 0 : item;  // 0: an invalid row's
+          continue;
         }
-        if (mine_to_draw) out[row * k + s0 + l] = item < 0 ? 0 : item;  // 0: an invalid row's
-        continue;
       }
       if (mine_to_draw) out[row * k + s0 + l] = 0;  // stays in range if no lane claims the point (invalid rows)
       __syncwarp();
@@ -141,10 +186,23 @@ __global__ void __launch_bounds__(kThreads)
         if (!valid || p - before >= mass) continue;  // another lane's range
         uint64_t end = before;
         int64_t item = -1;
+        if constexpr (HOLD_UNITS) {
 #pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {  // unrolled: q stays in registers
-          end += q[j];
-          item = item < 0 && p < end ? j * LANES + l : item;
+          for (int j = 0; j < ITEMS; ++j) {  // unrolled: q stays in registers
+            end += q[j];
+            item = item < 0 && p < end ? j * LANES + l : item;
+          }
+        } else {
+          // The units of the mass above again (the same arithmetic on the same staged
+          // values), so the walk ends inside the lane's range.
+          item = l;  // in range; never left (the walk ends inside the range)
+          for (int j = 0; j < ITEMS && j * LANES + l < n; ++j) {
+            end += units(wts, v[j * LANES], law, n);
+            if (p < end) {
+              item = j * LANES + l;
+              break;
+            }
+          }
         }
         out[row * k + s0 + t] = item;
       }
@@ -161,14 +219,27 @@ int64_t slices_for(int64_t groups, int64_t k) {
   return std::max<int64_t>(1, std::min(most, ceil_div(fill, groups)));
 }
 
+// Blocks of kThreads a kernel keeps resident on an SM (its registers and shared memory).
+template <typename Kernel>
+int resident_blocks(Kernel kernel) {
+  int blocks = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
+  return blocks;
+}
+
 template <typename scalar_t, typename Weights, int LANES, int ITEMS>
 void launch(const DrawCall& call, const Weights& wts) {
   const int64_t groups = ceil_div(call.rows, kWarp / LANES);
   int64_t slices = slices_for(groups, call.k);
   slices = ceil_div(call.k, ceil_div(call.k, slices));  // none empty
   const int blocks = grid_for(groups * slices * kWarp, kThreads);
-  warp_rows_kernel<scalar_t, Weights, LANES, ITEMS><<<blocks, kThreads, 0, call.stream>>>(
-      call.x.const_data_ptr<scalar_t>(), call.rows, call.n, call.k, slices, wts, call.philox, call.out, call.status);
+  const auto held = warp_rows_kernel<scalar_t, Weights, LANES, ITEMS, true>;
+  static const int held_blocks = resident_blocks(held);
+  const bool recompute =
+      call.k <= kRecomputeRowSamples && call.rows * call.n >= kRecomputeFromItems && held_blocks <= 1;
+  const auto kernel = recompute ? warp_rows_kernel<scalar_t, Weights, LANES, ITEMS, false> : held;
+  kernel<<<blocks, kThreads, 0, call.stream>>>(call.x.const_data_ptr<scalar_t>(), call.rows, call.n, call.k, slices,
+                                               wts, call.philox, call.out, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
