@@ -71,6 +71,7 @@ __device__ inline Summary row_summary(Summary s) {
 // takes 254 registers, one block an SM, the other 56-66 and no spills. Doubles keep the
 // prefetch, which measured faster for them (65,536 x 500, k = 1: 215 against 308 us) and
 // slower for narrower types (1,048,576 x 100 bfloat16: 695 against 624).
+//
 // Resident blocks asked of the compiler: with units held, its own choice (0: none); the
 // other kernel without spills, at least 3 blocks an SM where rows are not prefetched.
 template <typename scalar_t, bool HOLD_UNITS>
