@@ -554,20 +554,28 @@ def test_gpu_thread_rows_from_many_rows_first_two_draws_1e8():
 
 
 @requires_cuda
-@pytest.mark.parametrize("layout", ["run", "sparse", "geometric", "flat"])
-@pytest.mark.parametrize("k", [33, 50, 64])
-def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k):
-    """Long rows, 32 < k <= 64 without replacement, take two passes: each chunk's largest
-    key, then only the k chunks with the largest. Layouts where one chunk holds several of
-    the top k (a run of heavy items), where most chunks are all zero (fewer nonzero chunks
-    than k, 60 nonzero items elsewhere), where the keys fall along the row, or where all
-    weights are equal, draw exactly the first k of the keys that every-key-and-torch.topk
-    ranks."""
+@pytest.mark.parametrize("layout", ["run", "block", "sparse", "geometric", "flat"])
+@pytest.mark.parametrize("k", [8, 20, 33, 50, 64])
+@pytest.mark.parametrize("law", ["probs", "logits"])
+def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k, law):
+    """Few long rows, 8 <= k <= 64 without replacement (logits: 32 < k; fewer draws of
+    logits take one pass, tested the same way), take two passes: each chunk's largest
+    key, then only the k chunks with the largest, whose keys above the k-th chunk maximum
+    go to a run per row. Layouts where one chunk holds several of the top k (a run of heavy
+    items), where a few chunks hold more keys above that floor than the run takes (a block
+    of 6,000 heavy items: the picked chunks' top-k lists serve), where most chunks are all
+    zero (fewer nonzero chunks than k, 60 nonzero items elsewhere: the floor is a zero
+    weight's key), where the keys fall along the row, or where all weights are equal, draw
+    exactly the first k of the keys that every-key-and-torch.topk ranks; from
+    probabilities in float32 and from their logs in bfloat16."""
     rows, n = 3, 300_000
     g = torch.Generator().manual_seed(k)
     if layout == "run":
         w = torch.rand(rows, n, generator=g) * 1e-6
         w[:, 150_000:150_080] += 1 + torch.rand(rows, 80, generator=g)
+    elif layout == "block":
+        w = torch.rand(rows, n, generator=g) * 1e-6
+        w[:, 40_000:46_000] += 1 + torch.rand(rows, 6000, generator=g)
     elif layout == "sparse":
         w = torch.zeros(rows, n)
         at = torch.randint(n - 1, (rows, 60), generator=g)
@@ -577,10 +585,12 @@ def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k):
         w = 0.999 ** torch.arange(n, dtype=torch.float64).expand(rows, n)
     else:
         w = torch.ones(rows, n)
-    x = w.float().cuda()
-    reference = every_key_draws(_without_replacement, x, k, 9)
-    ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(9))
+    x = w.float().cuda() if law == "probs" else w.log().to(torch.bfloat16).cuda()
+    sample = _without_replacement if law == "probs" else _logits_without_replacement
+    reference = every_key_draws(sample, x, k, 9)
+    ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(9))
     assert torch.equal(ours, reference[:, :k])
+    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
 
 
 @requires_cuda

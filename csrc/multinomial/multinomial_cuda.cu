@@ -57,13 +57,13 @@ namespace {
 // |                  | and n <= 4,096                         |                     | would idle most lanes and sort 32-key lists, and |
 // |                  |                                        |                     | with many rows costs more (1,048,576 x 100,      |
 // |                  |                                        |                     | k = 2: 3.9 against 1.2 ms)                       |
-// | no               | 32 < k <= 64, n >= 256 k; rows <= 256  | two-pass top-k      | each chunk's largest key first (as one draw: few |
-// |                  | or n >= 2,048 k                        |                     | keys admitted), then only the k chunks with the  |
-// |                  |                                        |                     | largest, which hold the top k, above the k-th of |
-// |                  |                                        |                     | them; one pass admits about k (1 + ln(m / k))    |
-// |                  |                                        |                     | keys per warp's stretch of m items into two-slot |
-// |                  |                                        |                     | lists (1 x 2^24, k = 64: 0.54 against 0.22 ms);  |
-// |                  |                                        |                     | for k <= 32 it wins only at few rows, by less    |
+// | no               | n >= 256 k, rows <= 256: 8 <= k <= 64  | two-pass top-k      | each chunk's largest key first (the race's trips |
+// |                  | (logits: 32 < k); n >= 2,048 k: 32 < k | (two_pass_serves)   | in each chunk), then only the keys of the k      |
+// |                  | <= 64                                  |                     | chunks with the largest above the k-th of them:  |
+// |                  |                                        |                     | one pass admits about k (1 + ln(m / k)) keys per |
+// |                  |                                        |                     | warp's stretch of m items into its lists         |
+// |                  |                                        |                     | (float16 256 x 128,256, k = 64: 588 against 367  |
+// |                  |                                        |                     | us)                                              |
 // | no               | other k <= 64                          | warp top-k          | one read of race keys; few long rows in chunks,  |
 // |                  |                                        |                     | merged by a second kernel                        |
 // | no               | k > 64, n >= 64 k, n >= 2^20,          | chunk maxima +      | each chunk's largest key, torch.topk of those,   |
@@ -145,7 +145,7 @@ Method choose(const Request& r) {
     return fits ? Method::kInverseCdf : many_draws(r);
   }
   if (thread_rows_serve(r.rows, r.n, r.k)) return Method::kThreadTopK;
-  if (two_pass_serves(r.rows, r.n, r.k)) return Method::kTwoPassTopK;
+  if (two_pass_serves(r.rows, r.n, r.k, r.logits)) return Method::kTwoPassTopK;
   if (r.k <= kMaxTopK) return Method::kTopK;
   return chunk_max_serves(r.rows, r.n, r.k) ? Method::kChunkMaxTopK : Method::kKeysTopK;
 }

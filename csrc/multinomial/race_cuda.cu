@@ -9,10 +9,9 @@
 //   - a block per chunk of a row, two quads per thread per trip (their loads in flight
 //     together, one vector load each where the row is aligned), a running best (key, item)
 //     per thread;
-//   - most items cost a Philox block per quad and a float bound (race_bounds.cuh): an item
+//   - most items cost a Philox block per quad and a float bound (race_trip.cuh): an item
 //     whose key is surely below what its warp already holds draws no low word and takes
-//     no float64 log. The warp shares a float below its best key each trip (one
-//     redux), and the first trip starts from the float bound below the trip's keys;
+//     no float64 log;
 //   - the block reduces (cub::BlockReduce); a row of several chunks is finished by the
 //     block that completes it last (a counter per row), which reduces the chunks' bests.
 // Equal keys (probability about 2^-50 a row) go to the lower index, wherever the row is cut.
@@ -21,9 +20,7 @@
 // block adds a zero or overflowing float64 sum (probabilities) or a row without a finite
 // logit, as the inverse CDF flags them. The draw is an item of the row whatever the input.
 #include "common/cuda_utils.cuh"
-#include "common/philox_cuda.cuh"
-#include "multinomial/kernels_cuda.cuh"
-#include "multinomial/race_bounds.cuh"
+#include "multinomial/race_trip.cuh"
 
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -31,7 +28,6 @@
 #include <cub/block/block_reduce.cuh>
 
 #include <limits>
-#include <type_traits>
 #include <tuple>
 
 namespace wrs::multinomial {
@@ -51,7 +47,7 @@ struct Best {
 
 struct CombineBest {
   __device__ Best operator()(const Best& a, const Best& b) const {
-    const bool b_wins = b.key > a.key || (b.key == a.key && b.index < a.index);
+    const bool b_wins = beats(b.key, b.index, a.key, a.index);
     return Best{b_wins ? b.key : a.key, b_wins ? b.index : a.index, a.sum + b.sum};
   }
 };
@@ -68,54 +64,11 @@ __device__ void finish_row(const Best& best, int64_t row, int64_t* out, uint32_t
   if (flags) atomicOr(status, flags);
 }
 
-// Values as the bounds take them: float for every input but float64 (exact either way).
-template <typename scalar_t>
-using value_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-
-template <typename scalar_t>
-struct alignas(4 * sizeof(scalar_t)) Quad {
-  scalar_t item[4];
-};
-
-// The items of quad q below n: one vector load where the row is aligned and the quad whole.
-template <typename scalar_t>
-__device__ inline void load_quad(const scalar_t* xr, int64_t n, int64_t q, bool aligned, value_t<scalar_t> (&v)[4],
-                                 bool (&item)[4]) {
-  if (aligned && 4 * q + 3 < n) {
-    const Quad<scalar_t> quad = reinterpret_cast<const Quad<scalar_t>*>(xr)[q];
-#pragma unroll
-    for (int h = 0; h < 4; ++h) {
-      v[h] = static_cast<value_t<scalar_t>>(quad.item[h]);
-      item[h] = true;
-    }
-    return;
-  }
-#pragma unroll
-  for (int h = 0; h < 4; ++h) {
-    item[h] = 4 * q + h < n;
-    v[h] = item[h] ? static_cast<value_t<scalar_t>>(xr[4 * q + h]) : value_t<scalar_t>(0);
-  }
-}
-
-// weight_flags / LogitWeights::flags in the value's own type.
-template <typename Weights, typename T>
-__device__ inline uint32_t value_flags(T v) {
-  if (v != v) return kWeightNaN;
-  if (!Weights::kLogits && v < 0) return kWeightNegative;
-  return v > std::numeric_limits<T>::max() ? kWeightInf : 0u;
-}
-
-template <typename Weights, typename T>
-__device__ inline bool nonzero_value(T v) {
-  return Weights::kLogits ? v > -std::numeric_limits<T>::infinity() : v > 0;
-}
-
 template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads, 4)
     race_kernel(const scalar_t* x, int64_t n, int64_t chunks, int64_t chunk_quads, Weights wts,
                 at::PhiloxCudaState philox, Best* chunk_best, unsigned int* chunks_done, int64_t* out,
                 uint32_t* status) {
-  using V = value_t<scalar_t>;
   __shared__ typename BestReduce::TempStorage reduce;
   __shared__ bool finishes;
   const int64_t row = blockIdx.x / chunks;
@@ -127,91 +80,16 @@ __global__ void __launch_bounds__(kThreads, 4)
   const bool aligned = reinterpret_cast<uintptr_t>(xr) % sizeof(Quad<scalar_t>) == 0;
   const uint64_t row_sub = static_cast<uint64_t>(row * quads);
   const PhiloxSeed seed = philox_seed(philox);
-  Best mine{Weights::kNone, 4 * q_begin, 0.0};
-  uint32_t flags = 0;
+  RaceTally mine{Weights::kNone, 4 * q_begin, 0u, 0.0, 0u};
   float warp_floor = -INFINITY;  // below a key some lane of the warp holds (or will this trip)
   for (int64_t base = q_begin; base < q_end; base += kTripQuads) {  // the same trips in every lane
-    V v[kQuadsPerThread][4];
-    bool item[kQuadsPerThread][4];
-    uint32_t hi[kQuadsPerThread][4];
-#pragma unroll
-    for (int j = 0; j < kQuadsPerThread; ++j) {
-      const int64_t q = base + j * kThreads + threadIdx.x;
-      if (q < q_end) {
-        load_quad(xr, n, q, aligned, v[j], item[j]);
-      } else {
-#pragma unroll
-        for (int h = 0; h < 4; ++h) {
-          item[j][h] = false;
-          v[j][h] = V(0);
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kQuadsPerThread; ++j) {
-      const int64_t q = base + j * kThreads + threadIdx.x;
-      const uint4 high = q < q_end ? philox_block_cuda(seed, row_sub + q) : make_uint4(0, 0, 0, 0);
-      hi[j][0] = high.x, hi[j][1] = high.y, hi[j][2] = high.z, hi[j][3] = high.w;
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        if (!item[j][h]) continue;
-        flags |= value_flags<Weights>(v[j][h]);
-        if constexpr (!Weights::kLogits) mine.sum += static_cast<double>(v[j][h]);
-      }
-    }
-    if (base == q_begin) {  // the first trip: start from the float bound below its keys
-      float below = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kQuadsPerThread; ++j) {
-#pragma unroll
-        for (int h = 0; h < 4; ++h) {
-          if (item[j][h] && nonzero_value<Weights>(v[j][h])) below = fmaxf(below, key_below(wts, v[j][h], hi[j][h]));
-        }
-      }
-      warp_floor = from_ordered_float_bits(__reduce_max_sync(kFullMask, ordered_float_bits(below)));
-    }
-#pragma unroll
-    for (int j = 0; j < kQuadsPerThread; ++j) {
-      const int64_t q = base + j * kThreads + threadIdx.x;
-      const double beat = fmax(mine.key, static_cast<double>(warp_floor));
-      bool full[4] = {false, false, false, false};
-      bool any_full = false;
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        if (!item[j][h]) continue;
-        if (!nonzero_value<Weights>(v[j][h])) {
-          const double key = wts.key(static_cast<double>(v[j][h]), 1.0);  // no E: a zero weight's key
-          if (key > mine.key) {  // a thread's items come in increasing order: ties keep the first
-            mine.key = key;
-            mine.index = 4 * q + h;
-          }
-        } else if (!surely_below(wts, v[j][h], hi[j][h], beat)) {
-          full[h] = true;
-          any_full = true;
-        }
-      }
-      if (any_full) {
-        const uint4 low = philox_block_cuda(PhiloxSeed{seed.seed, seed.offset + 4}, row_sub + q);
-        const uint32_t lo[4] = {low.x, low.y, low.z, low.w};
-#pragma unroll
-        for (int h = 0; h < 4; ++h) {
-          if (!full[h]) continue;
-          const double key = wts.key(static_cast<double>(v[j][h]), exponential(lo[h], hi[j][h]));
-          if (key > mine.key) {
-            mine.key = key;
-            mine.index = 4 * q + h;
-          }
-        }
-      }
-    }
-    // Each lane's best rounded down to float: the warp's largest is at most a key it holds.
-    warp_floor = fmaxf(warp_floor, from_ordered_float_bits(
-        __reduce_max_sync(kFullMask, ordered_float_bits(__double2float_rd(mine.key)))));
+    race_trip<kQuadsPerThread>(xr, n, base + threadIdx.x, kThreads, q_end, aligned, base == q_begin, row_sub, wts,
+                               seed, mine, warp_floor);
   }
-  flags = __reduce_or_sync(kFullMask, flags);
+  const uint32_t flags = __reduce_or_sync(kFullMask, mine.flags);
   if (threadIdx.x % kWarp == 0 && flags) atomicOr(status, flags);
 
-  Best best = BestReduce(reduce).Reduce(mine, CombineBest());
+  Best best = BestReduce(reduce).Reduce(Best{mine.key, mine.index, mine.sum}, CombineBest());
   if (chunks == 1) {
     if (threadIdx.x == 0) finish_row<Weights>(best, row, out, status);
     return;

@@ -8,10 +8,10 @@
 // merge) rather than one at a time. A long row's chunks leave their top k in scratch and
 // a second kernel merges them, one block per row.
 //
-// Two passes serve long rows and 32 < k <= 64 (launch_two_pass): a first finds each
-// chunk's largest key, the way one draw does (few keys admitted); the k chunks with the
-// largest hold the row's top k, and the k-th of those keys bounds it from below, so a
-// second pass reads only those chunks, and admits almost nothing below the bound.
+// Two passes serve few long rows (launch_two_pass; two_pass_serves): a first finds each
+// chunk's largest key with the race's trips (race_trip.cuh: no lists); the k chunks with
+// the largest hold the row's top k, and the k-th of those keys bounds it from below, so a
+// second pass reads only those chunks and keeps the few keys above the bound.
 //
 // The stream is the hot loop, so it does the least per item: each lane takes 8 items a
 // trip, a float bound on each key (from the high 32 bits of its E) rules out the items
@@ -26,6 +26,7 @@
 #include "common/philox_cuda.cuh"
 #include "multinomial/kernels_cuda.cuh"
 #include "multinomial/race_bounds.cuh"
+#include "multinomial/race_trip.cuh"
 
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -48,6 +49,7 @@ constexpr int64_t kItemsPerWarp = 2048;  // about this many items per warp of a 
 constexpr int64_t kMinChunkItems = 2 * kTripItems * kWarpsPerBlock;  // 4,096: two trips of each warp
 constexpr int kBatchFrom = 4;  // admitted keys in one trip from which one batch merge is cheaper
 constexpr int64_t kChunksPerDraw = 8;  // the two-pass top-k's chunks per row, per draw, where rows allow
+constexpr int64_t kRunPerDraw = 32;    // the two-pass top-k's run per row, per draw (about 1 is used)
 
 // A warp's best (key, index) so far: rank r = s * 32 + lane is held in slot s of lane `lane`.
 template <int SLOTS>
@@ -253,6 +255,14 @@ struct ChunkStats {
   uint32_t flags;
 };
 
+// The two-pass top-k merges a row from its run (the picked chunks' keys above the row's
+// floor, in scratch of run_cap) where the run holds k to run_cap keys; other rows (fewer
+// than k nonzero weights, or more keys above the floor than the run holds) from the top-k
+// lists of their picked chunks.
+__device__ inline bool run_serves(unsigned count, int64_t k, int64_t run_cap) {
+  return count >= k && count <= run_cap;
+}
+
 template <int SLOTS>
 struct Lists {
   double key[kWarpsPerBlock][SLOTS][kWarp];
@@ -363,7 +373,7 @@ __global__ void __launch_bounds__(kThreads)
     topk_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, int warps_per_unit, int64_t units_per_row,
                 int64_t unit_quads, const int64_t* unit_chunk, Weights wts, at::PhiloxCudaState philox, int64_t* out,
                 double* cand_key, int64_t* cand_index, ChunkStats* stats, unsigned long long* row_floor_bits,
-                uint32_t* status) {
+                const unsigned* run_count, int64_t run_cap, uint32_t* status) {
   __shared__ Lists<SLOTS> lists;
   __shared__ unsigned long long floor_bits[kWarpsPerBlock];  // per unit of the block
   __shared__ TripStage stage;
@@ -375,8 +385,10 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const SharedFloor floor{&floor_bits[local_unit]};
   const int64_t unit = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock / warps_per_unit) + local_unit;
-  const bool held = unit < rows * units_per_row;
   const int64_t row = unit / units_per_row;
+  bool held = unit < rows * units_per_row;
+  // Rows whose run serves them (the two-pass top-k's second pass) need no lists.
+  if (held && run_count != nullptr && run_serves(run_count[row], k, run_cap)) held = false;
   const SharedFloor row_floor{row_floor_bits == nullptr ? nullptr : row_floor_bits + row};
   WarpTop<SLOTS> top(Weights::kNone);
   uint32_t flags = 0;
@@ -541,12 +553,13 @@ __device__ void block_top_k(WarpTop<SLOTS>& top, const double* key, const int64_
 }
 
 // A block per row merges its `lists_per_row` lists of k candidates (one run, offer_run),
-// then the warps' lists; with the lists' stats (where given: else the row's flags are
-// taken already).
+// or its run where run_serves, then the warps' lists; with the lists' stats (where given:
+// else the row's flags are taken already).
 template <typename Weights, int SLOTS>
 __global__ void __launch_bounds__(kThreads)
     merge_chunks_kernel(int64_t k, int64_t lists_per_row, const double* cand_key, const int64_t* cand_index,
-                        const ChunkStats* stats, const unsigned long long* row_floor_bits, int64_t* out,
+                        const ChunkStats* stats, const unsigned long long* row_floor_bits, const double* run_key,
+                        const int64_t* run_index, const unsigned* run_count, int64_t run_cap, int64_t* out,
                         uint32_t* status) {
   __shared__ Lists<SLOTS> lists;
   const int warp = threadIdx.x / kWarp;
@@ -557,8 +570,11 @@ __global__ void __launch_bounds__(kThreads)
   // to it is held by the chunk that published it), so candidates below it can be passed
   // over: most of the chunks' lists.
   const double floor = ::nextafter(from_ordered_bits(row_floor_bits[row]), -INFINITY);
-  const int64_t run = lists_per_row * k;
-  block_top_k<Weights>(top, cand_key + row * run, cand_index + row * run, run, floor,
+  const int64_t lists_run = lists_per_row * k;
+  const bool from_run = run_count != nullptr && run_serves(run_count[row], k, run_cap);
+  block_top_k<Weights>(top, from_run ? run_key + row * run_cap : cand_key + row * lists_run,
+                       from_run ? run_index + row * run_cap : cand_index + row * lists_run,
+                       from_run ? static_cast<int64_t>(run_count[row]) : lists_run, floor,
                        stats == nullptr ? nullptr : stats + row * lists_per_row, lists_per_row, k, status, lists);
   if (warp != 0) return;
 #pragma unroll
@@ -592,6 +608,128 @@ __global__ void __launch_bounds__(kThreads)
   }
   const double kth = top.at_rank(static_cast<int>(k) - 1);
   if (lane == 0) row_floor_bits[row] = kth > Weights::kNone ? ordered_bits(::nextafter(kth, -INFINITY)) : 0;
+}
+
+// Pass 1 of the two-pass top-k: each chunk's largest key and its item, and the chunk's
+// stats. The race's trips (race_trip.cuh): a running best per lane and no lists, where a
+// k = 1 topk_kernel per chunk paid its lists, stage and merges for a trip or two of items
+// (H100, float16 256 x 128,256, k = 64: 460 us for this pass). `warps` warps share a
+// chunk, each a stretch of it; a block serves kWarpsPerBlock / warps chunks.
+template <typename scalar_t, typename Weights>
+__global__ void __launch_bounds__(kThreads, std::is_same_v<scalar_t, double> ? 2 : 3)
+    chunk_best_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t chunks, int64_t chunk_quads, int warps,
+                      Weights wts, at::PhiloxCudaState philox, double* max_key, int64_t* max_index,
+                      ChunkStats* stats) {
+  __shared__ double part_key[kWarpsPerBlock];
+  __shared__ int64_t part_index[kWarpsPerBlock];
+  __shared__ ChunkStats part_stats[kWarpsPerBlock];
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const int part = warp % warps;
+  const int64_t unit = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock / warps) + warp / warps;
+  const bool held = unit < rows * chunks;
+  const int64_t row = unit / chunks;
+  const int64_t quads = (n + 3) / 4;
+  const int64_t c_begin = unit % chunks * chunk_quads;
+  RaceTally mine{Weights::kNone, 4 * c_begin, 0u, 0.0, 0u};
+  if (held) {
+    const int64_t c_end = min(quads, c_begin + chunk_quads);
+    const int64_t per_warp = (c_end - c_begin + warps - 1) / warps;
+    const int64_t q_begin = c_begin + part * per_warp;
+    const int64_t q_end = min(c_end, q_begin + per_warp);
+    const scalar_t* xr = x + row * n;
+    const bool aligned = reinterpret_cast<uintptr_t>(xr) % sizeof(Quad<scalar_t>) == 0;
+    const PhiloxSeed seed = philox_seed(philox);
+    float warp_floor = -INFINITY;
+    for (int64_t base = q_begin; base < q_end; base += kWarp * kQuadsPerLane) {  // the same trips in every lane
+      race_trip<kQuadsPerLane>(xr, n, base + lane, kWarp, q_end, aligned, base == q_begin,
+                               static_cast<uint64_t>(row * quads), wts, seed, mine, warp_floor);
+    }
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const double other_key = __shfl_xor_sync(kFullMask, mine.key, offset);
+    const int64_t other_index = __shfl_xor_sync(kFullMask, mine.index, offset);
+    if (beats(other_key, other_index, mine.key, mine.index)) {
+      mine.key = other_key;
+      mine.index = other_index;
+    }
+  }
+  ChunkStats chunk{__reduce_add_sync(kFullMask, mine.nonzero), __reduce_or_sync(kFullMask, mine.flags)};
+  if (warps > 1) {
+    if (lane == 0) {
+      part_key[warp] = mine.key;
+      part_index[warp] = mine.index;
+      part_stats[warp] = chunk;
+    }
+    __syncthreads();
+    if (part == 0 && lane == 0) {
+      for (int w = warp + 1; w < warp + warps; ++w) {
+        if (beats(part_key[w], part_index[w], mine.key, mine.index)) {
+          mine.key = part_key[w];
+          mine.index = part_index[w];
+        }
+        chunk.nonzero += part_stats[w].nonzero;
+        chunk.flags |= part_stats[w].flags;
+      }
+    }
+  }
+  if (!held || part != 0 || lane != 0) return;
+  max_key[unit] = mine.key;
+  max_index[unit] = mine.index;
+  stats[unit] = chunk;
+}
+
+// Pass 2 of the two-pass top-k: the items of each row's k picked chunks whose keys are
+// above the row's floor (its k-th chunk maximum less one ulp), appended in any order to
+// the row's run (run_cap keys and items; the count goes on past it). They hold the row's
+// top k: the picked chunks hold it, and its k-th key is at least the k-th chunk maximum.
+// Almost every item the float bound rules out against the floor; about k are appended,
+// where a top-k list per picked chunk wrote and merged k candidates each. Zero weights are
+// never appended: a row with k nonzero weights never draws one, and a row with fewer
+// counts fewer than k and takes the lists.
+template <typename scalar_t, typename Weights>
+__global__ void __launch_bounds__(kThreads)
+    picked_run_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, int64_t chunk_quads, const int64_t* pick,
+                      const unsigned long long* row_floor_bits, Weights wts, at::PhiloxCudaState philox,
+                      int64_t run_cap, double* run_key, int64_t* run_index, unsigned* run_count) {
+  const PhiloxSeed seed = philox_seed(philox);
+  const int64_t quads = (n + 3) / 4;
+  const int64_t row_quads = k * chunk_quads;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < rows * row_quads;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = t / row_quads;
+    const int64_t q = pick[t / chunk_quads] * chunk_quads + t % chunk_quads;
+    if (q >= quads) continue;
+    const scalar_t* xr = x + row * n;
+    value_t<scalar_t> v[4];
+    bool item[4];
+    load_quad(xr, n, q, reinterpret_cast<uintptr_t>(xr) % sizeof(Quad<scalar_t>) == 0, v, item);
+    const double floor = from_ordered_bits(row_floor_bits[row]);
+    const uint64_t sub = static_cast<uint64_t>(row * quads + q);
+    const uint4 high = philox_block_cuda(seed, sub);
+    const uint32_t hi[4] = {high.x, high.y, high.z, high.w};
+    bool full[4];
+    bool any_full = false;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      full[h] = item[h] && nonzero_value<Weights>(v[h]) && !surely_below(wts, v[h], hi[h], floor);
+      any_full |= full[h];
+    }
+    if (!any_full) continue;
+    const uint4 low = philox_block_cuda(PhiloxSeed{seed.seed, seed.offset + 4}, sub);
+    const uint32_t lo[4] = {low.x, low.y, low.z, low.w};
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      if (!full[h]) continue;
+      const double key = wts.key(static_cast<double>(v[h]), exponential(lo[h], hi[h]));
+      if (!(key > floor)) continue;
+      const unsigned slot = atomicAdd(run_count + row, 1u);
+      if (slot < run_cap) {
+        run_key[row * run_cap + slot] = key;
+        run_index[row * run_cap + slot] = 4 * q + h;
+      }
+    }
+  }
 }
 
 // E ~ Exp(1) from the 64 bits exponential() takes, in float: u or 1 - u (whichever is below
@@ -950,7 +1088,7 @@ void launch(const DrawCall& call, const Weights& wts) {
   if (chunks == 1) {
     topk_kernel<scalar_t, Weights, SLOTS><<<ceil_div(call.rows, kWarpsPerBlock / warps), kThreads, 0, call.stream>>>(
         x, call.rows, call.n, call.k, warps, 1, quads, nullptr, wts, call.philox, call.out, nullptr, nullptr, nullptr,
-        nullptr, call.status);
+        nullptr, nullptr, 0, call.status);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
@@ -962,10 +1100,11 @@ void launch(const DrawCall& call, const Weights& wts) {
   C10_CUDA_CHECK(cudaMemsetAsync(row_floor_bits, 0, call.rows * sizeof(unsigned long long), call.stream));
   topk_kernel<scalar_t, Weights, SLOTS><<<blocks, kThreads, 0, call.stream>>>(
       x, call.rows, call.n, call.k, kWarpsPerBlock, chunks, ceil_div(quads, chunks), nullptr, wts, call.philox,
-      call.out, cand_key, cand_index, stats, row_floor_bits, call.status);
+      call.out, cand_key, cand_index, stats, row_floor_bits, nullptr, 0, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   merge_chunks_kernel<Weights, SLOTS><<<call.rows, kThreads, 0, call.stream>>>(
-      call.k, chunks, cand_key, cand_index, stats, row_floor_bits, call.out, call.status);
+      call.k, chunks, cand_key, cand_index, stats, row_floor_bits, nullptr, nullptr, nullptr, 0, call.out,
+      call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -986,36 +1125,44 @@ Chunking chunking(int64_t n, int64_t k) {
   return {quads, ceil_div((n + 3) / 4, quads), warps};
 }
 
-// Pass 1: each chunk's largest key and index (one draw's race in each chunk: few keys
-// admitted), with its stats. select_chunks_kernel: the k chunks with the largest, the
-// bound, the rows' flags. Pass 2: the top k of each of those chunks only, above the bound
-// (almost every key it draws the float bound rules out; almost none admitted). Then a
-// block per row merges their lists.
+// Pass 1 (chunk_best_kernel): each chunk's largest key and item, with its stats.
+// select_chunks_kernel: the k chunks with the largest, the row's floor, the rows' flags.
+// Pass 2 (picked_run_kernel): the picked chunks' keys above the floor, into each row's run.
+// Rows the run does not serve (run_serves) take the top k of each picked chunk above the
+// floor (topk_kernel; the others' warps return at once). Then a block per row merges its
+// run or its lists.
 template <typename scalar_t, typename Weights, int SLOTS>
 void launch_two_pass(const DrawCall& call, const Weights& wts) {
   const auto [chunk_quads, chunks, warps] = chunking(call.n, call.k);
   TORCH_INTERNAL_ASSERT(chunks >= call.k);
   const int64_t units = call.rows * chunks;
   const int64_t lists = call.rows * call.k;
+  const int64_t run_cap = std::min(kRunPerDraw * call.k, 4 * chunk_quads * call.k);
   at::Tensor keep;
-  const auto [max_key, max_index, stats, pick, row_floor_bits, cand_key, cand_index] =
-      scratch_arrays<double, int64_t, ChunkStats, int64_t, unsigned long long, double, int64_t>(
-          keep, call.x.options(), {units, units, units, lists, call.rows, lists * call.k, lists * call.k});
+  const auto [max_key, max_index, stats, pick, row_floor_bits, cand_key, cand_index, run_key, run_index, run_count] =
+      scratch_arrays<double, int64_t, ChunkStats, int64_t, unsigned long long, double, int64_t, double, int64_t,
+                     unsigned>(keep, call.x.options(),
+                               {units, units, units, lists, call.rows, lists * call.k, lists * call.k,
+                                call.rows * run_cap, call.rows * run_cap, call.rows});
+  C10_CUDA_CHECK(cudaMemsetAsync(run_count, 0, call.rows * sizeof(unsigned), call.stream));
   const scalar_t* x = call.x.const_data_ptr<scalar_t>();
-  topk_kernel<scalar_t, Weights, 1><<<ceil_div(units, kWarpsPerBlock / warps), kThreads, 0, call.stream>>>(
-      x, call.rows, call.n, /*k=*/1, warps, chunks, chunk_quads, nullptr, wts, call.philox, call.out, max_key,
-      max_index, stats, nullptr, call.status);
+  chunk_best_kernel<scalar_t, Weights><<<ceil_div(units, kWarpsPerBlock / warps), kThreads, 0, call.stream>>>(
+      x, call.rows, call.n, chunks, chunk_quads, warps, wts, call.philox, max_key, max_index, stats);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   select_chunks_kernel<Weights, SLOTS><<<call.rows, kThreads, 0, call.stream>>>(
       call.k, chunks, 4 * chunk_quads, max_key, max_index, stats, pick, row_floor_bits, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  picked_run_kernel<scalar_t, Weights><<<grid_for(lists * chunk_quads, kThreads), kThreads, 0, call.stream>>>(
+      x, call.rows, call.n, call.k, chunk_quads, pick, row_floor_bits, wts, call.philox, run_cap, run_key, run_index,
+      run_count);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   topk_kernel<scalar_t, Weights, SLOTS><<<ceil_div(lists, kWarpsPerBlock / warps), kThreads, 0, call.stream>>>(
       x, call.rows, call.n, call.k, warps, /*units_per_row=*/call.k, chunk_quads, pick, wts, call.philox, call.out,
-      cand_key, cand_index, nullptr, row_floor_bits, call.status);
+      cand_key, cand_index, nullptr, row_floor_bits, run_count, run_cap, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   merge_chunks_kernel<Weights, SLOTS><<<call.rows, kThreads, 0, call.stream>>>(
-      call.k, /*lists_per_row=*/call.k, cand_key, cand_index, /*stats=*/nullptr, row_floor_bits, call.out,
-      call.status);
+      call.k, /*lists_per_row=*/call.k, cand_key, cand_index, /*stats=*/nullptr, row_floor_bits, run_key, run_index,
+      run_count, run_cap, call.out, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -1053,13 +1200,15 @@ void draw_topk(const DrawCall& call) {
   });
 }
 
-bool two_pass_serves(int64_t rows, int64_t n, int64_t k) {
-  if (k <= kWarp || k > kMaxTopK || n < kTwoPassItemsPerDraw * k) return false;
-  return rows <= kTwoPassShortRowsUpTo || n >= kTwoPassLongRowsFrom * k;
+bool two_pass_serves(int64_t rows, int64_t n, int64_t k, bool logits) {
+  const bool few_rows = rows <= kTwoPassShortRowsUpTo;
+  const int64_t from_draws = few_rows && !logits ? kTwoPassProbsFromDraws : kWarp + 1;
+  const int64_t items_per_draw = few_rows ? kTwoPassItemsPerDraw : kTwoPassLongRowsFrom;
+  return k >= from_draws && k <= kMaxTopK && n >= items_per_draw * k;
 }
 
 void draw_two_pass_topk(const DrawCall& call) {
-  TORCH_INTERNAL_ASSERT(two_pass_serves(call.rows, call.n, call.k));
+  TORCH_INTERNAL_ASSERT(two_pass_serves(call.rows, call.n, call.k, call.logits));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "two_pass_topk_cuda", [&] {
     with_weights(call, [&](const auto& wts) { launch_for_k<scalar_t>(call, wts, /*two_pass=*/true); });
   });
