@@ -49,7 +49,7 @@ constexpr int64_t kItemsPerWarp = 2048;  // about this many items per warp of a 
 constexpr int64_t kMinChunkItems = 2 * kTripItems * kWarpsPerBlock;  // 4,096: two trips of each warp
 constexpr int kBatchFrom = 4;  // admitted keys in one trip from which one batch merge is cheaper
 constexpr int64_t kChunksPerDraw = 8;  // the two-pass top-k's chunks per row, per draw, where rows allow
-constexpr int64_t kRunPerDraw = 32;    // the two-pass top-k's run per row, per draw (about 1 is used)
+constexpr int64_t kRunPerDraw = 32;    // the two-pass top-k's run per row, per draw (about 1 is filled)
 
 // A warp's best (key, index) so far: rank r = s * 32 + lane is held in slot s of lane `lane`.
 template <int SLOTS>
@@ -1137,7 +1137,7 @@ void launch_two_pass(const DrawCall& call, const Weights& wts) {
   TORCH_INTERNAL_ASSERT(chunks >= call.k);
   const int64_t units = call.rows * chunks;
   const int64_t lists = call.rows * call.k;
-  const int64_t run_cap = std::min(kRunPerDraw * call.k, 4 * chunk_quads * call.k);
+  const int64_t run_cap = kRunPerDraw * call.k;
   at::Tensor keep;
   const auto [max_key, max_index, stats, pick, row_floor_bits, cand_key, cand_index, run_key, run_index, run_count] =
       scratch_arrays<double, int64_t, ChunkStats, int64_t, unsigned long long, double, int64_t, double, int64_t,
