@@ -46,6 +46,51 @@ __device__ inline bool surely_below(const LogitWeights& w, value_t v, uint32_t h
   return vt + minus_log_e + margin < tf;
 }
 
+// A first test with no log, for every item of a trip: E = -log u >= 1 - u, and 1 - u is
+// above (~hi) 2^-32 (u < (hi + 1) 2^-32). An item it rules out has its key below t; one
+// it keeps goes on to surely_below. It keeps few more than surely_below would: where
+// the key's share of t is x, those whose 1 - u lies between 1 - e^-x and x, about x^2 / 2.
+// The margins: 2^-12 relative on either side of the comparison, against float errors of
+// at most 2^-21 relative (the conversions, __fdividef's 2 ulp, the products) and the
+// float64 key's 2^-49.
+//
+// Probabilities, key v / E: below t when (~hi) 2^-32 >= v / t past the margins, so the
+// test is (~hi) (1 - 2^-12) >= v * ruling_scale(t); the scale is 2^32 / t grown by 2^-12,
+// +inf (rules nothing out) unless t is a normal float up to 1e30, and v must be normal.
+__device__ inline float ruling_scale(const ProbWeights&, double t) {
+  const float tf = static_cast<float>(t);
+  return tf >= FLT_MIN && tf <= 1e30f ? __fdividef(0x1.0p32f, tf) * (1.0f + 0x1.0p-12f) : INFINITY;
+}
+template <typename value_t>
+__device__ inline bool ruled_out(const ProbWeights&, value_t v, uint32_t hi, float scale) {
+  const float vf = static_cast<float>(v);
+  return vf >= FLT_MIN && static_cast<float>(~hi) * (1.0f - 0x1.0p-12f) >= vf * scale;
+}
+// Logits, key v / T - log E: below t when log((~hi) 2^-32) >= v / T - t past the margins,
+// in log2 units: log2(~hi) >= 32 + (v / T - t) log2(e) + 2^-16 (|v / T| + |t|) log2(e)
+// + 2^-10 (__log2f: 2^-17 absolute up to 32; the rest as surely_below's). A t or v / T
+// that is not finite makes the right side +inf or NaN, which rules nothing out.
+__device__ inline float ruling_scale(const LogitWeights&, double t) { return static_cast<float>(t); }
+template <typename value_t>
+__device__ inline bool ruled_out(const LogitWeights& w, value_t v, uint32_t hi, float tf) {
+  constexpr float kLog2e = 1.44269504f;
+  const float vt = static_cast<float>(v) * static_cast<float>(w.inv_temperature);
+  const float spread = (fabsf(vt) + fabsf(tf)) * 0x1.0p-16f + (vt - tf);
+  return __log2f(static_cast<float>(~hi)) >= spread * kLog2e + (32.0f + 0x1.0p-10f);
+}
+
+// How likely item v's key is to be the largest of a few, roughly and cheaply (1 - u for
+// E): it only picks which item a lane bounds first (key_below), never a draw.
+template <typename value_t>
+__device__ inline float rough_rank(const ProbWeights&, value_t v, uint32_t hi) {
+  return __fdividef(static_cast<float>(v), static_cast<float>(~hi) + 1.0f);
+}
+template <typename value_t>
+__device__ inline float rough_rank(const LogitWeights& w, value_t v, uint32_t hi) {
+  return static_cast<float>(v) * static_cast<float>(w.inv_temperature) * 1.44269504f -
+         __log2f(static_cast<float>(~hi) + 1.0f);
+}
+
 // An upper bound of E from the high word of its 64 bits: E <= -log(hi 2^-32), in float,
 // grown by 2^-12 relative and 2^-20 absolute past the errors e_below allows for; infinite
 // for hi = 0.

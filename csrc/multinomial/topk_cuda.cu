@@ -702,17 +702,24 @@ __global__ void __launch_bounds__(kThreads)
     if (q >= quads) continue;
     const scalar_t* xr = x + row * n;
     value_t<scalar_t> v[4];
-    bool item[4];
-    load_quad(xr, n, q, reinterpret_cast<uintptr_t>(xr) % sizeof(Quad<scalar_t>) == 0, v, item);
+    const uint32_t in_row = load_quad(xr, n, q, reinterpret_cast<uintptr_t>(xr) % sizeof(Quad<scalar_t>) == 0, v);
     const double floor = from_ordered_bits(row_floor_bits[row]);
+    const float scale = ruling_scale(wts, floor);
     const uint64_t sub = static_cast<uint64_t>(row * quads + q);
     const uint4 high = philox_block_cuda(seed, sub);
     const uint32_t hi[4] = {high.x, high.y, high.z, high.w};
+    uint32_t kept = 0;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      kept |= static_cast<uint32_t>((in_row >> h & 1) && nonzero_value<Weights>(v[h]) &&
+                                    !ruled_out(wts, v[h], hi[h], scale)) << h;
+    }
+    if (kept == 0) continue;
     bool full[4];
     bool any_full = false;
 #pragma unroll
     for (int h = 0; h < 4; ++h) {
-      full[h] = item[h] && nonzero_value<Weights>(v[h]) && !surely_below(wts, v[h], hi[h], floor);
+      full[h] = (kept >> h & 1) && !surely_below(wts, v[h], hi[h], floor);
       any_full |= full[h];
     }
     if (!any_full) continue;
