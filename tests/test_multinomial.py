@@ -558,7 +558,7 @@ def test_gpu_thread_rows_from_many_rows_first_two_draws_1e8():
 @pytest.mark.parametrize("k", [8, 20, 33, 50, 64])
 @pytest.mark.parametrize("law", ["probs", "logits"])
 def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k, law):
-    """Few long rows, 8 <= k <= 64 without replacement (logits: 32 < k; fewer draws of
+    """Few long rows, 8 <= k <= 64 without replacement (logits: 16 <= k; fewer draws of
     logits take one pass, tested the same way), take two passes: each chunk's largest
     key, then only the k chunks with the largest, whose keys above the k-th chunk maximum
     go to a run per row. Layouts where one chunk holds several of the top k (a run of heavy
@@ -589,6 +589,27 @@ def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k, law):
     sample = _without_replacement if law == "probs" else _logits_without_replacement
     reference = every_key_draws(sample, x, k, 9)
     ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(9))
+    assert torch.equal(ours, reference[:, :k])
+    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
+
+
+@requires_cuda
+@pytest.mark.parametrize(
+    "rows, n, k, law",
+    [(64, 300_000, 2, "probs"), (300, 20_000, 2, "probs"), (300, 70_000, 8, "probs"),
+     (300, 10_000, 33, "logits"), (1_100, 25_000, 64, "probs"), (1_100, 25_000, 40, "logits")],
+)
+def test_gpu_two_pass_topk_classes_draw_the_keys(rows, n, k, law):
+    """Each line of two_pass_serves' table that the test above does not reach (few draws
+    from large calls, more than 256 and more than 1,024 rows) draws exactly the first k of
+    the keys that every-key-and-torch.topk ranks, no index twice."""
+    g = torch.Generator().manual_seed(rows + k)
+    w = torch.rand(rows, n, generator=g) ** 4
+    w[:, ::13] = 0
+    x = w.cuda() if law == "probs" else w.log().to(torch.bfloat16).cuda()
+    sample = _without_replacement if law == "probs" else _logits_without_replacement
+    reference = every_key_draws(sample, x, k, 11)
+    ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(11))
     assert torch.equal(ours, reference[:, :k])
     assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
 

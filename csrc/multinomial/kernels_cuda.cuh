@@ -65,30 +65,37 @@ void draw_race(const DrawCall& call);
 constexpr int64_t kMaxTopK = 64;
 void draw_topk(const DrawCall& call);
 // The same draws in two passes over long rows: each chunk's largest key first; then only
-// the k chunks with the largest, which hold the top k. Where it serves (measured against
-// one pass on an H100, us; docs/benchmarks.md, session 18):
+// the k chunks with the largest, which hold the top k. Where it serves, measured against
+// one pass on an H100 (us, one pass -> two passes; docs/benchmarks.md, session 19):
 //
-// | rows    | input         | draws        | items per row | why                                   |
-// | ------- | ------------- | ------------ | ------------- | ------------------------------------- |
-// | <= 256  | probabilities | 8 <= k <= 64 | >= 256 k      | one pass admits about k (1 + ln(m/k)) |
-// |         |               |              |               | keys per warp's m items: float32 8 x  |
-// |         |               |              |               | 2^20, k = 32: 162 -> 100; float16 256 |
-// |         |               |              |               | x 128,256, k = 8: 267 -> 237; k = 2   |
-// |         |               |              |               | admits few (64 x 128,256: 93 -> 103)  |
-// | <= 256  | logits        | 32 < k <= 64 | >= 256 k      | a logit's float bound costs the first |
-// |         |               |              |               | pass more: float32 256 x 152,064,     |
-// |         |               |              |               | k = 8: 311 -> 338                     |
-// | > 256   | either        | 32 < k <= 64 | >= 2,048 k    | with many rows one pass fills the GPU |
-// |         |               |              |               | and shorter rows leave the second     |
-// |         |               |              |               | pass much of each row: bfloat16 4,096 |
-// |         |               |              |               | x 32,000, k = 8: 926 -> 1,225; k = 33 |
-// |         |               |              |               | 1,380 -> 1,523                        |
+// | rows        | input         | draws         | items per row      | why                              |
+// | ----------- | ------------- | ------------- | ------------------ | -------------------------------- |
+// | <= 256      | probabilities | 2 <= k < 8    | >= 256 k, and rows | few draws admit few keys into    |
+// |             |               |               | x n >= 2^24        | one pass's lists, so only large  |
+// |             |               |               |                    | calls pay for five launches:     |
+// |             |               |               |                    | bfloat16 256 x 2^20, k = 2:      |
+// |             |               |               |                    | 1,554 -> 1,086; 64 x 128,256:    |
+// |             |               |               |                    | 90 -> 92; 1 x 32,000: 54 -> 62   |
+// | <= 256      | probabilities | 8 <= k <= 64  | >= 256 k           | one pass admits about            |
+// |             |               |               |                    | k (1 + ln(m / k)) keys per warp's|
+// |             |               |               |                    | m items: bfloat16 64 x 4,096,    |
+// |             |               |               |                    | k = 8: 75 -> 58                  |
+// | <= 256      | logits        | 16 <= k <= 64 | >= 256 k           | a logit's bound costs more:      |
+// |             |               |               |                    | float32 256 x 152,064, k = 8:    |
+// |             |               |               |                    | 311 -> 318; k = 16: 376 -> 339   |
+// | 257 - 1,024 | either        | 33 <= k <= 64 | >= 256 k           | bfloat16 1,024 x 32,000, k = 33: |
+// |             |               |               |                    | 615 -> 362 (torch 589)           |
+// | > 1,024     | either        | 33 <= k <= 64 | >= 384 k           | where k chunks are most of a row |
+// |             |               |               |                    | the second pass reads it again:  |
+// |             |               |               |                    | 4,096 x 16,384, k = 64: 1,190 -> |
+// |             |               |               |                    | 1,259; x 32,000: 1,775 -> 1,548  |
+// | > 256       | probabilities | 2 <= k <= 32  | >= 8,192 k         | with many rows one pass fills    |
+// |             |               |               |                    | the GPU; long rows still pay:    |
+// |             |               |               |                    | 4,096 x 32,000, k = 8: 933 ->    |
+// |             |               |               |                    | 1,007; 1,024 x 65,536: 527 -> 417|
 //
-// At least kTwoPassItemsPerDraw items per draw: k chunks of at least a warp's trip.
+// Never fewer than kTwoPassItemsPerDraw items per draw: k chunks of at least a warp's trip.
 constexpr int64_t kTwoPassItemsPerDraw = 256;
-constexpr int64_t kTwoPassShortRowsUpTo = 256;
-constexpr int64_t kTwoPassProbsFromDraws = 8;
-constexpr int64_t kTwoPassLongRowsFrom = 2048;
 bool two_pass_serves(int64_t rows, int64_t n, int64_t k, bool logits);
 void draw_two_pass_topk(const DrawCall& call);
 // Few draws: a thread per row, the same keys and draws as draw_topk. Rows of up to

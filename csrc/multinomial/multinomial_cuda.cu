@@ -57,9 +57,9 @@ namespace {
 // |                  | and n <= 4,096                         |                     | would idle most lanes and sort 32-key lists, and |
 // |                  |                                        |                     | with many rows costs more (1,048,576 x 100,      |
 // |                  |                                        |                     | k = 2: 3.9 against 1.2 ms)                       |
-// | no               | n >= 256 k, rows <= 256: 8 <= k <= 64  | two-pass top-k      | each chunk's largest key first (the race's trips |
-// |                  | (logits: 32 < k); n >= 2,048 k: 32 < k | (two_pass_serves)   | in each chunk), then only the keys of the k      |
-// |                  | <= 64                                  |                     | chunks with the largest above the k-th of them:  |
+// | no               | 2 <= k <= 64, n >= 256 k, by the table | two-pass top-k      | each chunk's largest key first (the race's trips |
+// |                  | in kernels_cuda.cuh: long rows, few    | (two_pass_serves)   | in each chunk), then only the keys of the k      |
+// |                  | draws only from large calls            |                     | chunks with the largest above the k-th of them:  |
 // |                  |                                        |                     | one pass admits about k (1 + ln(m / k)) keys per |
 // |                  |                                        |                     | warp's stretch of m items into its lists         |
 // |                  |                                        |                     | (float16 256 x 128,256, k = 64: 588 against 367  |

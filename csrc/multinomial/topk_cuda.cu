@@ -34,6 +34,7 @@
 #include <cub/block/block_reduce.cuh>
 
 #include <cfloat>
+#include <limits>
 #include <type_traits>
 
 namespace wrs::multinomial {
@@ -1207,11 +1208,33 @@ void draw_topk(const DrawCall& call) {
   });
 }
 
+// The table above kTwoPassItemsPerDraw (kernels_cuda.cuh), a line a row.
+struct TwoPassClass {
+  int64_t rows_from, rows_up_to;
+  bool logits_too;  // false: probabilities only
+  int64_t k_from, k_up_to;
+  int64_t items_per_draw;   // n >= items_per_draw * k
+  int64_t call_items_from;  // rows * n >= this
+};
+constexpr int64_t kAnyRows = std::numeric_limits<int64_t>::max();
+constexpr TwoPassClass kTwoPassClasses[] = {
+    // {rows from, rows up to, logits too, k from, k up to, n >= this x k, rows x n >= this}
+    {1, 256, false, 2, 7, kTwoPassItemsPerDraw, int64_t{1} << 24},
+    {1, 256, false, 8, kMaxTopK, kTwoPassItemsPerDraw, 0},
+    {1, 256, true, 16, kMaxTopK, kTwoPassItemsPerDraw, 0},
+    {257, 1024, true, kWarp + 1, kMaxTopK, kTwoPassItemsPerDraw, 0},
+    {1025, kAnyRows, true, kWarp + 1, kMaxTopK, 384, 0},
+    {257, kAnyRows, false, 2, kWarp, 8192, 0},
+};
+
 bool two_pass_serves(int64_t rows, int64_t n, int64_t k, bool logits) {
-  const bool few_rows = rows <= kTwoPassShortRowsUpTo;
-  const int64_t from_draws = few_rows && !logits ? kTwoPassProbsFromDraws : kWarp + 1;
-  const int64_t items_per_draw = few_rows ? kTwoPassItemsPerDraw : kTwoPassLongRowsFrom;
-  return k >= from_draws && k <= kMaxTopK && n >= items_per_draw * k;
+  for (const TwoPassClass& c : kTwoPassClasses) {
+    if (rows >= c.rows_from && rows <= c.rows_up_to && (c.logits_too || !logits) && k >= c.k_from &&
+        k <= c.k_up_to && n >= c.items_per_draw * k && rows * n >= c.call_items_from) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void draw_two_pass_topk(const DrawCall& call) {
