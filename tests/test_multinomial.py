@@ -184,7 +184,8 @@ def test_gpu_one_pass_law_1e8():
                                                  ((4, 1000), 300, True), ((5, 400), 80, False),
                                                  ((5000, 20), 4, False), ((2, 50_000), 40, False),
                                                  ((2, 50_000), 100, False), ((2, 1 << 25), 100, False),
-                                                 ((2, 100_000), 5000, True), ((2200, 3000), 150, True)])
+                                                 ((2, 100_000), 5000, True), ((2200, 3000), 150, True),
+                                                 ((200, 5000), 40, False)])
 def test_gpu_graph_capture_and_replay(shape, k, replacement):
     """Every CUDA method captures (no host read while capturing) and replays with fresh draws."""
     w = torch.rand(shape, device="cuda") ** 2
@@ -409,7 +410,7 @@ def test_gpu_stored_cdf_whole_rows_errors_and_range():
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n,k,calls", [(100, 40_000, 50, 200), (1000, 20_000, 8, 100)])
+@pytest.mark.parametrize("rows,n,k,calls", [(100, 40_000, 50, 200), (1000, 40_000, 8, 100)])
 def test_gpu_topk_chunks_first_two_draws(rows, n, k, calls):
     """Without replacement, few long rows (chunks merged by a second kernel; k = 50 needs
     two slots per lane): first draw law p, second p_j sum_{i != j} p_i / (1 - p_i)."""
@@ -447,7 +448,7 @@ def _logits_with_minus_inf(rows, n, generator, dtype):
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n", [(4, 90), (300, 1000), (8, 100_000), (1, 1 << 20), (2, 3_000_000)])
+@pytest.mark.parametrize("rows,n", [(4, 90), (300, 900), (8, 100_000), (1, 1 << 20), (2, 3_000_000)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_warp_topk_equals_the_keys_and_torch_topk(rows, n, dtype):
     """Up to 64 draws without replacement, warps keep the top race keys (skipping keys
@@ -596,8 +597,8 @@ def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k, law):
 @requires_cuda
 @pytest.mark.parametrize(
     "rows, n, k, law",
-    [(64, 300_000, 2, "probs"), (300, 20_000, 2, "probs"), (300, 70_000, 8, "probs"),
-     (300, 10_000, 33, "logits"), (1_100, 25_000, 64, "probs"), (1_100, 25_000, 40, "logits")],
+    [(64, 300_000, 2, "probs"), (300, 40_000, 2, "probs"), (300, 70_000, 8, "probs"),
+     (300, 40_000, 33, "logits"), (1_100, 40_000, 64, "probs"), (1_100, 40_000, 40, "logits")],
 )
 def test_gpu_two_pass_topk_classes_draw_the_keys(rows, n, k, law):
     """Each line of two_pass_serves' table that the test above does not reach (few draws
@@ -612,6 +613,73 @@ def test_gpu_two_pass_topk_classes_draw_the_keys(rows, n, k, law):
     ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(11))
     assert torch.equal(ours, reference[:, :k])
     assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
+
+
+def _floor_rows(layout, rows, n, g):
+    """Rows for the floor top-k: spread keys, or keys that defeat its floor."""
+    if layout == "sorted":  # the heavy items in the first threads' quads: more candidates than a block ranks
+        return (torch.rand(rows, n, generator=g).sort(-1, descending=True).values + 1e-3) ** 8
+    if layout == "sparse":  # 1 in 20 nonzero: whole warps of bounds at 0, so the first floor is -inf
+        return (torch.rand(rows, n, generator=g) + 1e-3) * (torch.rand(rows, n, generator=g) < 0.05)
+    if layout == "heavy":  # 40 items far above the rest
+        w = torch.rand(rows, n, generator=g) + 1e-3
+        w[:, 100:140] = 1e4
+        return w
+    w = torch.rand(rows, n, generator=g) ** 4
+    w[:, ::13] = 0
+    return w
+
+
+@requires_cuda
+@pytest.mark.parametrize(
+    "rows, n, k, layout, dtype",
+    [(200, 1000, 64, "spread", torch.float32), (300, 5000, 2, "spread", torch.bfloat16),
+     (40, 16_384, 17, "spread", torch.float16), (8, 8192, 33, "spread", torch.float64),
+     (130, 32_768, 64, "spread", torch.bfloat16), (129, 20_001, 9, "spread", torch.float32),
+     (200, 4097, 64, "sorted", torch.float32), (200, 8191, 33, "sparse", torch.bfloat16),
+     (128, 2000, 64, "heavy", torch.float16), (64, 3001, 50, "sorted", torch.float64)],
+)
+@pytest.mark.parametrize("law", ["probs", "logits"])
+def test_gpu_floor_topk_draws_the_keys(rows, n, k, layout, dtype, law):
+    """Rows of 1,000 to 32,768 items, 2 <= k <= 64 without replacement (floor_topk_serves),
+    take a block per row: a floor from float bounds on every key, then the float64 keys of
+    the items that could reach it. With keys spread over the row, in sorted rows and rows
+    mostly zero (more candidates than a block ranks: the floor is raised and the items
+    read again), and with a few heavy items, it draws exactly the first k of the keys that
+    every-key-and-torch.topk ranks, no index twice; from probabilities and their logs,
+    odd row lengths (rows not aligned to a quad) included."""
+    g = torch.Generator().manual_seed(rows * n + k)
+    w = _floor_rows(layout, rows, n, g).double()
+    x = w.to(dtype).cuda() if law == "probs" else w.log().to(dtype).cuda()
+    sample = _without_replacement if law == "probs" else _logits_without_replacement
+    reference = every_key_draws(sample, x, k, 13)
+    ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(13))
+    assert torch.equal(ours, reference[:, :k])
+    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
+
+
+@requires_cuda
+def test_gpu_floor_topk_first_two_draws_1e8():
+    """The floor top-k from 16,384 rows of 1,024 items, two draws without replacement: over
+    1e8 rows the first draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i)."""
+    g = torch.Generator().manual_seed(25)
+    w = torch.rand(1024, generator=g, dtype=torch.float64) ** 3
+    w[::7] = 0
+    x = w.float().cuda().expand(16_384, 1024).contiguous()
+    gen = torch.Generator("cuda").manual_seed(26)
+    first = torch.zeros(1024, dtype=torch.int64, device="cuda")
+    second = torch.zeros(1024, dtype=torch.int64, device="cuda")
+    for _ in range(6104):  # 6,104 x 16,384 = 1.0e8
+        s = torch_wrs.multinomial(x, 2, False, generator=gen)
+        first += torch.bincount(s[:, 0], minlength=1024)
+        second += torch.bincount(s[:, 1], minlength=1024)
+    assert first.sum() >= 1e8
+    assert (s[:, 0] != s[:, 1]).all()
+    assert first[::7].sum() == 0 and second[::7].sum() == 0
+    p = w.float().double()
+    p = p / p.sum()
+    assert g_test_pvalue(first, p) > P_MIN
+    assert g_test_pvalue(second, _second_draw_law(p)) > P_MIN
 
 
 @requires_cuda
@@ -774,11 +842,11 @@ def _second_draw_law(p):
 
 
 @requires_cuda
-@pytest.mark.parametrize("n,k", [(18, 8), (30, 2), (1000, 8), (6000, 32), (30_000, 5), (10_000, 100), (900, 300)])
+@pytest.mark.parametrize("n,k", [(18, 8), (30, 2), (1000, 8), (6000, 32), (40_000, 5), (10_000, 100), (900, 300)])
 def test_gpu_without_replacement_first_two_draws(n, k):
     """The fused top-k kernels (a thread per row: of up to 32 items, and of 1,000 from 1e6
-    rows; 4 and 8 warps per row) and torch.topk of float keys computed in float (k = 100
-    and 300):
+    rows; a block per row of 6,000, the floor top-k; 8 warps per row of 40,000) and
+    torch.topk of float keys computed in float (k = 100 and 300):
     over 1e6 identical rows the
     first draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i); no row repeats
     an index. Weights are skewed so that the top categories carry the test's power."""

@@ -94,10 +94,35 @@ void draw_topk(const DrawCall& call);
 // |             |               |               |                    | 4,096 x 32,000, k = 8: 933 ->    |
 // |             |               |               |                    | 1,007; 1,024 x 65,536: 527 -> 417|
 //
+// Rows that the floor top-k below serves (up to 32,768 items) take it first.
 // Never fewer than kTwoPassItemsPerDraw items per draw: k chunks of at least a warp's trip.
 constexpr int64_t kTwoPassItemsPerDraw = 256;
 bool two_pass_serves(int64_t rows, int64_t n, int64_t k, bool logits);
 void draw_two_pass_topk(const DrawCall& call);
+// The same draws, a block per row of up to kMaxFloorRow items (its quads' bounds fit in
+// shared memory): a floor below the k-th key from bounds on every key, then the float64
+// keys of the few items that could reach it (floor_topk_cuda.cu). No lists: 56 registers
+// and one read of the row, where one pass keeps 64-key lists in 128 registers and two
+// passes read most of a row twice when k chunks are most of it. Where it serves, against
+// what served before it (H100, bfloat16, us, before -> floor; docs/benchmarks.md, session
+// 20; torch.multinomial in brackets):
+//
+// | items per row   | rows   | why                                                      |
+// | --------------- | ------ | -------------------------------------------------------- |
+// | 1,000 - 8,192   | any    | 4,096 x 8,448, k = 64: 840 -> 388 (637); 1 x 4,096,      |
+// |                 |        | k = 64: 83 -> 38; 65,536 x 1,000, k = 64: 1,889 -> 1,479 |
+// |                 |        | (2,066)                                                  |
+// | 8,193 - 16,384  | >= 32  | 4,096 x 16,384, k = 64: 1,274 -> 549 (1,060); with fewer |
+// |                 |        | rows a block per row idles most SMs: 8 x 16,384, k = 64: |
+// |                 |        | 58 -> 62                                                 |
+// | 16,385 - 32,768 | >= 128 | 4,096 x 32,000, k = 8: 919 -> 429; 128 x 32,000, k = 64: |
+// |                 |        | 90 -> 82, but 64 x 32,000: 69 -> 81                      |
+//
+// Shorter rows idle most of a block's threads (16,384 x 512, k = 8: 207 -> 815; 1,024 x
+// 768, k = 64: 55 -> 111).
+constexpr int64_t kMaxFloorRow = int64_t{1} << 15;
+bool floor_topk_serves(int64_t rows, int64_t n, int64_t k);
+void draw_floor_topk(const DrawCall& call);
 // Few draws: a thread per row, the same keys and draws as draw_topk. Rows of up to
 // kMaxThreadRow items; or, from kThreadRowsFrom rows on (a thread per row then fills the
 // GPU), of up to kMaxThreadLongRow items, which a thread streams at less cost than a warp

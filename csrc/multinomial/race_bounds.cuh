@@ -116,6 +116,39 @@ __device__ inline float key_below(const LogitWeights& w, value_t v, uint32_t hi)
   return vt + minus_log_e - ((fabsf(vt) + fabsf(minus_log_e)) * 0x1.0p-16f + 0x1.0p-16f);
 }
 
+// Float bounds below and above an item's key from the high word alone, for the floor
+// top-k (floor_topk_cuda.cu): below for the floor, above for a quad's ceiling. With
+// m = (~hi) + 1 = 2^32 - hi and u in (hi 2^-32, (hi + 1) 2^-32) (exponential()'s grid),
+// E = -log u lies between 1 - u > (~hi) 2^-32 and (1 - u) / u < m / hi.
+struct KeyRange {
+  float below;  // <= the key
+  float above;  // >= the key
+};
+// Probabilities, key v / E, with no log: v (r - 1) <= key < v r m / (m - 1), r = 2^32 / m.
+// The float errors (m's conversion, __fdividef's 2 ulp, the products: 2^-20 in all) and
+// m / (m - 1) <= 1 + 2^-11 (above is +inf for ~hi < 2^11, one item in 2^21) sit inside
+// the 2^-9 margins; r (1 - 2^-9) - 1 stays below r - 1 where rounding would cancel.
+template <typename value_t>
+__device__ inline KeyRange key_range(const ProbWeights&, value_t v, uint32_t hi) {
+  const float vf = static_cast<float>(v);
+  const float r = __fdividef(0x1.0p32f, static_cast<float>(~hi) + 1.0f);
+  return {vf * fmaxf(r * (1.0f - 0x1.0p-9f) - 1.0f, 0.0f),
+          ~hi >= 2048u ? vf * r * (1.0f + 0x1.0p-9f) : INFINITY};
+}
+// Logits, key v / T - log E, in log2 units: v / T + ln 2 (log2 hi - log2 m) <= key <
+// v / T + ln 2 (32 - log2 (m - 1)), and log2 (m / (m - 1)) < 2^-10 for ~hi >= 2^11 (else
+// above is +inf). The margin, (|v / T| + 32) 2^-16 + 2^-12, covers v / T in float
+// (2^-22 relative), two __log2f (2 ulp at 32: 2^-18 each) and the sums' rounding.
+template <typename value_t>
+__device__ inline KeyRange key_range(const LogitWeights& w, value_t v, uint32_t hi) {
+  constexpr float kLn2 = 0.693147181f;
+  const float vt = static_cast<float>(v) * static_cast<float>(w.inv_temperature);
+  const float log2_m = __log2f(static_cast<float>(~hi) + 1.0f);
+  const float margin = (fabsf(vt) + 32.0f) * 0x1.0p-16f + 0x1.0p-12f;
+  return {vt + kLn2 * (__log2f(static_cast<float>(hi)) - log2_m) - margin,
+          ~hi >= 2048u ? vt + kLn2 * (32.0f + 0x1.0p-10f - log2_m) + margin : INFINITY};
+}
+
 // Floats as unsigned integers in the same order, for a warp's max in one redux.
 __device__ inline uint32_t ordered_float_bits(float f) {
   const uint32_t b = __float_as_uint(f);
