@@ -531,20 +531,22 @@ def test_gpu_thread_rows_from_many_rows_equal_the_keys_and_torch_topk(rows, n, d
 
 
 @requires_cuda
-def test_gpu_thread_rows_from_many_rows_first_two_draws_1e8():
-    """A thread per row from 65,536 rows of 300 items, two draws without replacement: over
-    1e8 rows the first draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i)."""
-    g = torch.Generator().manual_seed(23)
-    w = torch.rand(300, generator=g, dtype=torch.float64) ** 3
+@pytest.mark.parametrize("rows,n,seed", [(65_536, 300, 23), (16_384, 1024, 25)])
+def test_gpu_without_replacement_from_many_rows_first_two_draws_1e8(rows, n, seed):
+    """A thread per row from 65,536 rows of 300 items, and the floor top-k (a block per
+    row) from 16,384 rows of 1,024, two draws without replacement: over 1e8 rows the first
+    draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i)."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.rand(n, generator=g, dtype=torch.float64) ** 3
     w[::7] = 0
-    x = w.float().cuda().expand(65_536, 300).contiguous()
-    gen = torch.Generator("cuda").manual_seed(24)
-    first = torch.zeros(300, dtype=torch.int64, device="cuda")
-    second = torch.zeros(300, dtype=torch.int64, device="cuda")
-    for _ in range(1526):  # 1,526 x 65,536 = 1.0e8
+    x = w.float().cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(seed + 1)
+    first = torch.zeros(n, dtype=torch.int64, device="cuda")
+    second = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for _ in range(-(-100_000_000 // rows)):
         s = torch_wrs.multinomial(x, 2, False, generator=gen)
-        first += torch.bincount(s[:, 0], minlength=300)
-        second += torch.bincount(s[:, 1], minlength=300)
+        first += torch.bincount(s[:, 0], minlength=n)
+        second += torch.bincount(s[:, 1], minlength=n)
     assert first.sum() >= 1e8
     assert (s[:, 0] != s[:, 1]).all()
     assert first[::7].sum() == 0 and second[::7].sum() == 0
@@ -656,30 +658,6 @@ def test_gpu_floor_topk_draws_the_keys(rows, n, k, layout, dtype, law):
     ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(13))
     assert torch.equal(ours, reference[:, :k])
     assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
-
-
-@requires_cuda
-def test_gpu_floor_topk_first_two_draws_1e8():
-    """The floor top-k from 16,384 rows of 1,024 items, two draws without replacement: over
-    1e8 rows the first draw has law p and the second p_j sum_{i != j} p_i / (1 - p_i)."""
-    g = torch.Generator().manual_seed(25)
-    w = torch.rand(1024, generator=g, dtype=torch.float64) ** 3
-    w[::7] = 0
-    x = w.float().cuda().expand(16_384, 1024).contiguous()
-    gen = torch.Generator("cuda").manual_seed(26)
-    first = torch.zeros(1024, dtype=torch.int64, device="cuda")
-    second = torch.zeros(1024, dtype=torch.int64, device="cuda")
-    for _ in range(6104):  # 6,104 x 16,384 = 1.0e8
-        s = torch_wrs.multinomial(x, 2, False, generator=gen)
-        first += torch.bincount(s[:, 0], minlength=1024)
-        second += torch.bincount(s[:, 1], minlength=1024)
-    assert first.sum() >= 1e8
-    assert (s[:, 0] != s[:, 1]).all()
-    assert first[::7].sum() == 0 and second[::7].sum() == 0
-    p = w.float().double()
-    p = p / p.sum()
-    assert g_test_pvalue(first, p) > P_MIN
-    assert g_test_pvalue(second, _second_draw_law(p)) > P_MIN
 
 
 @requires_cuda

@@ -38,6 +38,19 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kCandidates = kThreads;  // a thread per candidate ranks them
 
+// This thread's candidate's rank among the `held` in shared memory: how many come before
+// it (a larger key, or an equal key and a lower item), as every top-k path orders them.
+__device__ inline unsigned candidate_rank(const double* cand_key, const int32_t* cand_item, unsigned held) {
+  const double key = cand_key[threadIdx.x];
+  const int32_t item = cand_item[threadIdx.x];
+  unsigned rank = 0;
+  for (unsigned j = 0; j < held; ++j) {
+    const double other = cand_key[j];
+    rank += other > key || (other == key && cand_item[j] < item);
+  }
+  return rank;
+}
+
 template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads)
     floor_topk_kernel(const scalar_t* x, int64_t n, int64_t k, Weights wts, at::PhiloxCudaState philox, int64_t* out,
@@ -132,15 +145,8 @@ __global__ void __launch_bounds__(kThreads)
     if (total <= kCandidates) break;
     // More than a block ranks: the k-th largest key held is a higher floor (k items are at
     // or above it), so step 3 runs again and keeps fewer.
-    if (threadIdx.x < held) {
-      const double key = cand_key[threadIdx.x];
-      const int32_t item = cand_item[threadIdx.x];
-      unsigned rank = 0;
-      for (unsigned j = 0; j < held; ++j) {
-        const double other = cand_key[j];
-        rank += other > key || (other == key && cand_item[j] < item);
-      }
-      if (rank == static_cast<uint64_t>(k - 1)) next_floor = key;
+    if (threadIdx.x < held && candidate_rank(cand_key, cand_item, held) == static_cast<uint64_t>(k - 1)) {
+      next_floor = cand_key[threadIdx.x];
     }
     __syncthreads();
     const double raised = next_floor;
@@ -153,14 +159,8 @@ __global__ void __launch_bounds__(kThreads)
 
   // 4. Ranks.
   if (threadIdx.x < held) {
-    const double key = cand_key[threadIdx.x];
-    const int32_t item = cand_item[threadIdx.x];
-    unsigned rank = 0;
-    for (unsigned j = 0; j < held; ++j) {
-      const double other = cand_key[j];
-      rank += other > key || (other == key && cand_item[j] < item);
-    }
-    if (rank < static_cast<uint64_t>(k)) out[row * k + rank] = item;
+    const unsigned rank = candidate_rank(cand_key, cand_item, held);
+    if (rank < static_cast<uint64_t>(k)) out[row * k + rank] = cand_item[threadIdx.x];
   }
   // Fewer candidates than draws happens only with the floor at -inf, so they are all the
   // row's nonzero weights: the row is flagged, and (as every top-k path gives, under
