@@ -39,7 +39,8 @@ constexpr int kWarps = kThreads / kWarp;
 constexpr int kCandidates = kThreads;  // a thread per candidate ranks them
 
 // This thread's candidate's rank among the `held` in shared memory: how many come before
-// it (a larger key, or an equal key and a lower item), as every top-k path orders them.
+// it (a larger key, or an equal key and a lower item, so that equal keys, which laws.h
+// bounds at 2^-49 a draw, still rank the same on every run).
 __device__ inline unsigned candidate_rank(const double* cand_key, const int32_t* cand_item, unsigned held) {
   const double key = cand_key[threadIdx.x];
   const int32_t item = cand_item[threadIdx.x];
