@@ -440,6 +440,16 @@ def _logits_without_replacement(x, k, generator):
     return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
 
 
+def _assert_draws_the_keys(x, k, law, seed):
+    """Draws without replacement from x (probabilities, or logits at temperature 0.6) are
+    exactly the first k of the keys that every-key-and-torch.topk ranks, no index twice."""
+    sample = _without_replacement if law == "probs" else _logits_without_replacement
+    reference = every_key_draws(sample, x, k, seed)
+    ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(seed))
+    assert torch.equal(ours, reference[:, :k])
+    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
+
+
 def _logits_with_minus_inf(rows, n, generator, dtype):
     """Logits on the GPU, every 11th from the 4th -inf (never drawn)."""
     logits = (torch.randn(rows, n, generator=generator) * 4).to(dtype).cuda()
@@ -589,11 +599,7 @@ def test_gpu_two_pass_topk_equals_the_keys_and_torch_topk(layout, k, law):
     else:
         w = torch.ones(rows, n)
     x = w.float().cuda() if law == "probs" else w.log().to(torch.bfloat16).cuda()
-    sample = _without_replacement if law == "probs" else _logits_without_replacement
-    reference = every_key_draws(sample, x, k, 9)
-    ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(9))
-    assert torch.equal(ours, reference[:, :k])
-    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
+    _assert_draws_the_keys(x, k, law, 9)
 
 
 @requires_cuda
@@ -610,11 +616,7 @@ def test_gpu_two_pass_topk_classes_draw_the_keys(rows, n, k, law):
     w = torch.rand(rows, n, generator=g) ** 4
     w[:, ::13] = 0
     x = w.cuda() if law == "probs" else w.log().to(torch.bfloat16).cuda()
-    sample = _without_replacement if law == "probs" else _logits_without_replacement
-    reference = every_key_draws(sample, x, k, 11)
-    ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(11))
-    assert torch.equal(ours, reference[:, :k])
-    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
+    _assert_draws_the_keys(x, k, law, 11)
 
 
 def _floor_rows(layout, rows, n, g):
@@ -653,11 +655,7 @@ def test_gpu_floor_topk_draws_the_keys(rows, n, k, layout, dtype, law):
     g = torch.Generator().manual_seed(rows * n + k)
     w = _floor_rows(layout, rows, n, g).double()
     x = w.to(dtype).cuda() if law == "probs" else w.log().to(dtype).cuda()
-    sample = _without_replacement if law == "probs" else _logits_without_replacement
-    reference = every_key_draws(sample, x, k, 13)
-    ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(13))
-    assert torch.equal(ours, reference[:, :k])
-    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
+    _assert_draws_the_keys(x, k, law, 13)
 
 
 @requires_cuda
