@@ -37,15 +37,27 @@ struct CandidateWords {
 template <typename acc_t>
 C10_HOST_DEVICE inline acc_t uniform(const CandidateWords<acc_t>& c, int i);
 
+// On the GPU as one fused multiply-add, m 2^-23 + 2^-24: the same value, exact either way
+// ((2m + 1) 2^-24 has 24 bits), one instruction fewer per uniform.
 template <>
 C10_HOST_DEVICE inline float uniform<float>(const CandidateWords<float>& c, int i) {
-  return (static_cast<float>(c.w[i] >> 9) + 0.5f) * 0x1.0p-23f;
+  const float m = static_cast<float>(c.w[i] >> 9);
+#ifdef __CUDA_ARCH__
+  return fmaf(m, 0x1.0p-23f, 0x1.0p-24f);
+#else
+  return (m + 0.5f) * 0x1.0p-23f;
+#endif
 }
 
 template <>
 C10_HOST_DEVICE inline double uniform<double>(const CandidateWords<double>& c, int i) {
   const uint64_t bits = (static_cast<uint64_t>(c.w[2 * i]) << 32) | c.w[2 * i + 1];
-  return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53;
+  const double m = static_cast<double>(bits >> 11);
+#ifdef __CUDA_ARCH__
+  return fma(m, 0x1.0p-53, 0x1.0p-54);
+#else
+  return (m + 0.5) * 0x1.0p-53;
+#endif
 }
 
 // What one candidate of one element consumes: two uniforms, or a normal and a uniform.
@@ -67,12 +79,24 @@ C10_HOST_DEVICE inline void split_uniforms(const CandidateWords<acc_t>& w, Draw<
 // move an accept/reject boundary by about one part in 10^6 of a candidate's density,
 // far below what 10^7-sample KS tests resolve, and cost a quarter of the exact calls.
 // The boost's log U / alpha, which sets the small-alpha tail, stays exact.
+//
+// log, sqrt and rsqrt use the flush-to-zero forms (.ftz): for normal arguments they give
+// __logf's and rsqrtf's bits, without the three instructions each of those spends
+// rescaling a subnormal argument. Uniforms are >= 2^-24 and the set-ups' arguments >= 1,
+// so only a test's log can meet a subnormal (giving -inf, not about -90). For
+// Marsaglia-Tsang that is log v, and the candidate is rejected either way (3d log v <
+// -200d against log U >= -17); for the other methods, an argument below 2^-126 has
+// probability below 2^-100 per candidate.
 namespace fast {
 
 template <typename T>
 C10_HOST_DEVICE inline T log(T x) {
 #ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) return __logf(x);
+  if constexpr (sizeof(T) == 4) {
+    float log2_x;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log2_x) : "f"(x));
+    return log2_x * 0.693147180559945309f;  // as __logf
+  }
 #endif
   return std::log(x);
 }
@@ -93,22 +117,26 @@ C10_HOST_DEVICE inline T div(T a, T b) {
   return a / b;
 }
 
+template <typename T>
+C10_HOST_DEVICE inline T rsqrt(T x) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) {
+    float r;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+  }
+  return ::rsqrt(x);
+#endif
+  return 1 / std::sqrt(x);
+}
+
 // sqrt(x) for x > 0.
 template <typename T>
 C10_HOST_DEVICE inline T sqrt(T x) {
 #ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) return x * rsqrtf(x);
+  if constexpr (sizeof(T) == 4) return x * rsqrt(x);
 #endif
   return std::sqrt(x);
-}
-
-template <typename T>
-C10_HOST_DEVICE inline T rsqrt(T x) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) return rsqrtf(x);
-  return ::rsqrt(x);
-#endif
-  return 1 / std::sqrt(x);
 }
 
 // (sin, cos) of 2 pi (u - 1/2) for u in (0, 1): the argument stays in (-pi, pi).
@@ -195,8 +223,18 @@ struct MarsagliaTsang {
     const acc_t z = dr.first;
     const acc_t v = 1 + c * z;
     x = d * (v * v * v);
-    if (!(v > 0)) return false;
     const acc_t z2 = z * z;
+#ifdef __CUDA_ARCH__
+    if constexpr (sizeof(acc_t) == 4) {
+      // The same decisions without branches: a warp's 64 candidates a trip leave the
+      // squeeze's ~7% to the log test on almost every trip, so every lane runs it (two
+      // MUFU calls) instead of the warp branching around it.
+      const bool squeezed = dr.second < 1 - static_cast<acc_t>(0.0331) * (z2 * z2);
+      const bool below = fast::log(dr.second) < z2 / 2 + d - x + 3 * d * fast::log(v);
+      return (v > 0) & (squeezed | below);
+    }
+#endif
+    if (!(v > 0)) return false;
     if (dr.second < 1 - static_cast<acc_t>(0.0331) * (z2 * z2)) return true;
     if constexpr (sizeof(acc_t) == 8) {
       const int sure = log_test_in_float(dr.second, v, z2, x);

@@ -58,42 +58,45 @@ struct SubsequenceBits {
   }
 };
 
-// Resident blocks per SM asked of the compiler (a register budget: 64 for float64, 40
+// Resident blocks per SM asked of the compiler (a register budget: 64 for float64, 48
 // for float): the loop is long chains of dependent operations, and with fewer warps the
 // schedulers ran out of eligible ones (float64 at 72 registers, 3 blocks: a third of the
-// time; Nsight Compute, H100). At these budgets Marsaglia-Tsang spills 16 bytes in
-// float64 and 4 in float.
+// time; Nsight Compute, H100). Float at 6 blocks (40 registers) spilled inside the loop,
+// and the spill's store was the kernel's most stalled instruction; at 5 it takes 46 and
+// spills nothing (float32 alpha 2, 2^26: 166 against 143 G/s at 6, 151 at 4; H100).
+// Marsaglia-Tsang in float64 spills 32 bytes at 64 registers, about as fast as 3 blocks.
 template <typename scalar_t>
-constexpr int kMinBlocksPerSm = std::is_same_v<at::opmath_type<scalar_t>, double> ? 4 : 6;
+constexpr int kMinBlocksPerSm = std::is_same_v<at::opmath_type<scalar_t>, double> ? 4 : 5;
 
 constexpr unsigned kAllLanes = 0xffffffffu;
 
 // One warp runs the pairs [0, count) of a range through Pair<acc_t, Gen>: pair p draws
 // from Philox subsequence first_subsequence + p. load(p, a0, a1) gives a pair's alphas
-// (a1 = 0 where the pair has no second element), on_constant(a0, a1) sees the alphas of
-// a pair with a constant element (zero, inf, negative or NaN alpha: where validation
-// looks), and finish(p, x0, x1) takes its results. Indices within the range are 32-bit:
-// registers are what bounds the resident warps.
+// (a1 = 0 where the pair has no second element: a constant, finished on its first
+// candidate), on_constant(a0, a1) sees the alphas of a pair with a constant element
+// (zero, inf, negative or NaN alpha: where validation looks), and finish(p, x0, x1) takes
+// its results. count >= 1. Indices within the range are 32-bit: registers are what
+// bounds the resident warps.
 template <typename acc_t, typename Gen, typename Load, typename OnConstant, typename Finish>
 __device__ void run_warp_pairs(int count, int64_t first_subsequence, const PhiloxSeed& seed, bool log_output,
                                const Load& load, const OnConstant& on_constant, const Finish& finish) {
   const int lane = threadIdx.x % kWarp;
   const unsigned lanes_below = (1u << lane) - 1;
-  // Each lane holds its pair p and has claimed its next one (alphas already loading, so
-  // finishing never waits on memory); `claimed` is the same in every lane.
+  const int last = count - 1;
+  // Each lane holds its pair p and has claimed its next one, whose alphas are loading;
+  // `claimed` is the same in every lane.
   int p = lane;
   int next_p = kWarp + lane;
   int claimed = 2 * kWarp;
-  acc_t a0 = 0, a1 = 0, next0 = 0, next1 = 0;
-  bool has_second = false, next_has_second = false;
-  if (p < count) has_second = load(p, a0, a1);
-  if (next_p < count) next_has_second = load(next_p, next0, next1);
+  acc_t a0, a1, next0, next1;
+  load(min(p, last), a0, a1);
+  load(min(next_p, last), next0, next1);
   Pair<acc_t, Gen> pair;
   SubsequenceBits bits;
   // A pair's start: its subsequence; block 0 holds the boost uniforms, drawn only when
   // an element needs one; the candidates follow from block 1.
   auto begin_pair = [&] {
-    pair.start(a0, a1, has_second);
+    pair.start(a0, a1, /*has_second=*/true);  // a missing second has alpha 0 (above)
     if (pair.any_constant()) on_constant(a0, a1);
     bits.start(seed, first_subsequence + p);
     if (pair.needs_boost) {
@@ -121,11 +124,15 @@ __device__ void run_warp_pairs(int count, int64_t first_subsequence, const Philo
       p = next_p;
       a0 = next0;
       a1 = next1;
-      has_second = next_has_second;
       next_p = claimed + __popc(finishing & lanes_below);
-      if (next_p < count) next_has_second = load(next_p, next0, next1);
-      if (p < count) begin_pair();
     }
+    // Every lane loads its next pair's alphas on every trip (a lane still on its pair
+    // the same ones again, from L1), so only the load writes those registers and nothing
+    // waits for it before that pair starts, a trip or more later. Loading only after a
+    // finish left a move at the loop's end waiting on the load: 11% of the stall samples
+    // (Nsight Compute, float32, H100).
+    load(min(next_p, last), next0, next1);
+    if (finished && p < count) begin_pair();
     claimed += __popc(finishing);
   }
 }
@@ -146,12 +153,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
   const int64_t first = warp * per_warp;
   if (first >= pairs) return;  // the whole warp
   const int count = static_cast<int>(pairs - first < per_warp ? pairs - first : per_warp);
+  // The warp's elements, indexed in 32 bits (fewer than 2^31: the launch checks per_warp).
+  const scalar_t* warp_alpha = alpha + 2 * first;
+  scalar_t* warp_out = out + 2 * first;
+  const int elements = static_cast<int>(n - 2 * first < 2 * per_warp ? n - 2 * first : 2 * per_warp);
   auto load = [&](int p, acc_t& a0, acc_t& a1) {
-    const int64_t e = 2 * (first + p);
-    const bool has_second = e + 1 < n;
-    a0 = static_cast<acc_t>(alpha[e]);
-    a1 = has_second ? static_cast<acc_t>(alpha[e + 1]) : acc_t(0);
-    return has_second;
+    const int e = 2 * p;
+    a0 = static_cast<acc_t>(warp_alpha[e]);
+    a1 = e + 1 < elements ? static_cast<acc_t>(warp_alpha[e + 1]) : acc_t(0);
   };
   // Invalid alphas come out NaN (no endless loop); validation flags them.
   auto on_constant = [&](acc_t a0, acc_t a1) {
@@ -161,9 +170,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
     }
   };
   auto finish = [&](int p, acc_t x0, acc_t x1) {
-    const int64_t e = 2 * (first + p);
-    out[e] = static_cast<scalar_t>(x0);
-    if (e + 1 < n) out[e + 1] = static_cast<scalar_t>(x1);
+    const int e = 2 * p;
+    warp_out[e] = static_cast<scalar_t>(x0);
+    if (e + 1 < elements) warp_out[e + 1] = static_cast<scalar_t>(x1);
   };
   run_warp_pairs<acc_t, Gen>(count, first, philox_seed(philox), log_output, load, on_constant, finish);
 }
