@@ -341,19 +341,17 @@ struct Element {
 
   // Returns true when the element needs its boost uniform.
   C10_HOST_DEVICE bool start(acc_t al) {
-    alpha = al;
-    if (al == 0 || al == std::numeric_limits<acc_t>::infinity() || !(al > 0)) {
-      // Gamma(0) is 0, Gamma(inf) is inf; negative or NaN alpha (unvalidated) gives NaN
-      // rather than a rejection loop that never accepts.
-      if (!(al >= 0)) alpha = std::numeric_limits<acc_t>::quiet_NaN();
-      kind = kConstant;
-      return false;
-    }
-    const bool boost = Gen::kNeedsAlphaAboveOne ? al <= 1 : al < 1;
-    kind = boost ? kBoost : kDirect;
+    // Gamma(0) is 0, Gamma(inf) is inf; negative or NaN alpha (unvalidated) gives NaN
+    // rather than a rejection loop that never accepts.
+    const bool constant = !(al > 0 && al < std::numeric_limits<acc_t>::infinity());
+    const bool boost = !constant && (Gen::kNeedsAlphaAboveOne ? al <= 1 : al < 1);
+    kind = constant ? kConstant : boost ? kBoost : kDirect;
+    alpha = al >= 0 ? al : std::numeric_limits<acc_t>::quiet_NaN();
     // al + 1 rounds to 1 for al below the epsilon: step just above 1, where the
     // alpha > 1 methods are defined (Gamma(1 + eps) and Gamma(1 + al) agree to eps).
     const acc_t boosted = al + 1 > 1 ? al + 1 : 1 + std::numeric_limits<acc_t>::epsilon();
+    // Set up for a constant too, whose kind never reads it: the GPU's switch to a pair's
+    // next element then has no branch.
     gen.setup(boost ? boosted : al);
     return boost;
   }
