@@ -125,6 +125,19 @@ def test_beta_invalid_pair_raises_in_beta_words(device, a, b, text):
     assert ((z[rest] >= 0) & (z[rest] <= 1)).all()
 
 
+def test_beta_validation_passes_zero_against_positive_and_catches_inf_first(device):
+    """The CPU check reads the log-gammas: a zero a against b > 0 is valid (Beta = 0, one
+    -inf log-gamma), where a = inf (+inf) and a = b = 0 (two -inf) are not."""
+    ones = torch.ones(300, device=device)
+    z = torch_wrs.beta(torch.zeros(300, device=device), ones)
+    assert (z == 0).all()
+    assert (torch_wrs.beta(ones, torch.zeros(300, device=device)) == 1).all()
+    a = ones.clone()
+    a[123] = float("inf")
+    with pytest.raises(RuntimeError, match=r"beta: \(a, b\) contains inf"):
+        torch_wrs.beta(a, ones)
+
+
 def test_beta_is_the_first_entry_of_a_dirichlet_row(device):
     """Same seed, same draws: beta(a, b) is dirichlet([a, b])[..., 0] (on CUDA the same
     kernels; on the CPU the sigmoid of the log-gammas' difference, which rounds

@@ -61,3 +61,65 @@ def test_torchscript_roundtrip(tmp_path, device):
     first = loaded(alpha)
     torch.manual_seed(3)
     assert torch.equal(module(alpha), first)
+
+
+def test_direct_bindings_are_the_operators(device):
+    """Eager calls take torch_wrs._C's direct bindings: the same operators, so the same
+    draws as torch.ops for the same seed and the same errors; a __torch_function__ mode
+    still sees each call, made through torch.ops."""
+    a = torch.rand(6, 40, device=device) * 3 + 0.01
+    b = torch.rand(6, 40, device=device) * 3 + 0.01
+    seeded = lambda: torch.Generator(device).manual_seed(8)  # noqa: E731
+    ops = torch.ops.wrs
+    for ours, op in ((torch_wrs.standard_gamma(a, "cheng_ga", log=True, generator=seeded()),
+                      ops.standard_gamma(a, "cheng_ga", log=True, generator=seeded())),
+                     (torch_wrs.dirichlet(a, generator=seeded()), ops.dirichlet(a, generator=seeded())),
+                     (torch_wrs.beta(a, b, generator=seeded()), ops.beta(a, b, generator=seeded()))):
+        assert torch.equal(ours, op)
+    # gamma broadcasts concentration and rate as before: [6, 40] with [40], and a float rate
+    x = torch_wrs.gamma(a, b[0], generator=seeded())
+    assert torch.equal(x, ops.standard_gamma(a, generator=seeded()) / b[0])
+    y = torch_wrs.gamma(a[0], b, generator=seeded())
+    assert torch.equal(y, ops.standard_gamma(a[0].expand(6, 40), generator=seeded()) / b)
+    assert torch.equal(torch_wrs.gamma(a, 2.0, generator=seeded()), ops.standard_gamma(a, generator=seeded()) / 2)
+    with pytest.raises(RuntimeError, match="^standard_gamma: alpha contains a negative entry"):
+        torch_wrs.standard_gamma(-a)
+    with pytest.raises(RuntimeError, match="^standard_gamma: method must be"):
+        torch_wrs.standard_gamma(a, "best")
+
+    class Seen(torch.overrides.TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.calls.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        torch_wrs.standard_gamma(a)
+        torch_wrs.dirichlet(a)
+        torch_wrs.beta(a, b)
+    assert [ops.standard_gamma.default, ops.dirichlet.default, ops.beta.default] == [
+        f for f in seen.calls if f in (ops.standard_gamma.default, ops.dirichlet.default, ops.beta.default)]
+
+
+def test_no_gradient_skips_the_function_but_keeps_the_gradient_contract(device):
+    """Without a gradient to carry, standard_gamma goes straight to its kernel: the same
+    draws, no grad_fn (also for a leaf that requires grad, under no_grad); with one, the
+    Function's grad_fn; forward-mode AD still reaches the Function (which has no jvp)."""
+    a = torch.rand(500, device=device) * 3 + 0.1
+    seeded = lambda: torch.Generator(device).manual_seed(9)  # noqa: E731
+    plain = torch_wrs.standard_gamma(a, generator=seeded())
+    assert plain.grad_fn is None and not plain.requires_grad
+    leaf = a.clone().requires_grad_()
+    x = torch_wrs.standard_gamma(leaf, generator=seeded())
+    assert x.grad_fn is not None and torch.equal(x.detach(), plain)
+    with torch.no_grad():
+        y = torch_wrs.standard_gamma(leaf, generator=seeded())
+    assert y.grad_fn is None and torch.equal(y, plain)
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():  # no jvp: raises, as torch._standard_gamma does, never drops the tangent
+        with pytest.raises(RuntimeError, match="jvp is not implemented"):
+            torch_wrs.standard_gamma(fwAD.make_dual(a, torch.ones_like(a)))

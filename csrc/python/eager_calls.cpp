@@ -18,6 +18,9 @@ namespace py = pybind11;
 
 using MultinomialFn = at::Tensor(const at::Tensor&, int64_t, bool, std::optional<at::Generator>);
 using SampleLogitsFn = at::Tensor(const at::Tensor&, int64_t, double, bool, std::optional<at::Generator>);
+using StandardGammaFn = at::Tensor(const at::Tensor&, c10::string_view, bool, bool, std::optional<at::Generator>);
+using DirichletFn = at::Tensor(const at::Tensor&, bool, std::optional<at::Generator>);
+using BetaFn = at::Tensor(const at::Tensor&, const at::Tensor&, bool, std::optional<at::Generator>);
 
 at::Tensor multinomial(const at::Tensor& input, int64_t num_samples, bool replacement,
                        std::optional<at::Generator> generator) {
@@ -35,6 +38,26 @@ at::Tensor sample_logits(const at::Tensor& logits, int64_t num_samples, double t
   return op.call(logits, num_samples, temperature, replacement, std::move(generator));
 }
 
+at::Tensor standard_gamma(const at::Tensor& alpha, const std::string& method, bool log, bool validate,
+                          std::optional<at::Generator> generator) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("wrs::standard_gamma", "").typed<StandardGammaFn>();
+  const py::gil_scoped_release no_gil;
+  return op.call(alpha, method, log, validate, std::move(generator));
+}
+
+at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("wrs::dirichlet", "").typed<DirichletFn>();
+  const py::gil_scoped_release no_gil;
+  return op.call(concentration, validate, std::move(generator));
+}
+
+at::Tensor beta(const at::Tensor& a, const at::Tensor& b, bool validate, std::optional<at::Generator> generator) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("wrs::beta", "").typed<BetaFn>();
+  const py::gil_scoped_release no_gil;
+  return op.call(a, b, validate, std::move(generator));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -42,4 +65,7 @@ PYBIND11_MODULE(_C, m) {
   // Positional only: the Python wrappers in torch_wrs/ own the signatures and defaults.
   m.def("multinomial", &multinomial);
   m.def("sample_logits", &sample_logits);
+  m.def("standard_gamma", &standard_gamma);
+  m.def("dirichlet", &dirichlet);
+  m.def("beta", &beta);
 }
