@@ -202,9 +202,10 @@ at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, s
 namespace {
 
 // dirichlet: with a gradient to carry, the composite (its backward needs the log-gammas);
-// otherwise dirichlet_rows, which CUDA normalises with one kernel that also flags the
-// invalid rows (gamma_cuda.cu). Both take the same standard_gamma call, so a seed gives
-// the same log-gammas either way; the normalised rows agree up to softmax's rounding.
+// otherwise dirichlet_rows, whose kernels normalise with a loop (CPU) or one kernel
+// (CUDA) that also flags the invalid rows (gamma_cpu.cpp, gamma_cuda.cu). Both take the
+// same standard_gamma call, so a seed gives the same log-gammas either way; the
+// normalised rows agree up to softmax's rounding.
 at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
   if (at::GradMode::is_enabled() && concentration.requires_grad()) {
     return dirichlet_composite(concentration, validate, std::move(generator));
@@ -269,10 +270,6 @@ at::Tensor beta(const at::Tensor& a, const at::Tensor& b, bool validate, std::op
 
 TORCH_LIBRARY_IMPL(wrs, Autograd, m) {
   m.impl("standard_gamma", &standard_gamma_autograd);
-}
-
-TORCH_LIBRARY_IMPL(wrs, CPU, m) {
-  m.impl("dirichlet_rows", &dirichlet_composite);
 }
 
 TORCH_LIBRARY_IMPL(wrs, CompositeImplicitAutograd, m) {

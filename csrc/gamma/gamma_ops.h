@@ -32,8 +32,9 @@ void raise_alpha_flags(uint32_t flags, const char* op, const char* arg);
 // after its status word says some row went wrong, for the message.
 void check_values(const at::Tensor& alpha, const char* op, const char* arg, bool normalised);
 
-// Dirichlet rows as standard_gamma's log output then softmax: the differentiable path,
-// and the CPU's kernel (CUDA normalises with its own kernel, gamma_cuda.cu).
+// Dirichlet rows as standard_gamma's log output then softmax: the differentiable path
+// (without a gradient, dirichlet_rows normalises with its own kernels: gamma_cpu.cpp,
+// gamma_cuda.cu).
 at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator);
 
 }  // namespace wrs::gamma
