@@ -3,6 +3,7 @@
 #   bash scripts/run.sh demo   build torch_wrs and run examples/demo.py
 #   bash scripts/run.sh test   build torch_wrs and run every test (pytest, then the C++ TorchScript test)
 #   bash scripts/run.sh sweep  build torch_wrs and run the multinomial sweep against torch on the CPU
+#   bash scripts/run.sh gamma-sweep   the same for standard_gamma, dirichlet and beta
 # It uses the python3 that already has torch (the GPU machine) and otherwise makes .venv
 # with the CPU build of torch 2.13. Extra arguments go to pytest or to the demo.
 set -euo pipefail
@@ -36,6 +37,9 @@ case "$what" in
   sweep)
     exec $PY -m torch_wrs.benchmark sweep --device cpu "$@"
     ;;
+  gamma-sweep)
+    exec $PY -m torch_wrs.benchmark gamma-sweep --device cpu "$@"
+    ;;
   test)
     $PY -m pytest tests -q -p no:cacheprovider "$@"
     echo "== C++: LibTorch build and the TorchScript test (loads what pytest exported)"
@@ -47,7 +51,7 @@ case "$what" in
     ctest --test-dir build/cmake --output-on-failure
     ;;
   *)
-    echo "usage: bash scripts/run.sh demo|test|sweep [args]" >&2
+    echo "usage: bash scripts/run.sh demo|test|sweep|gamma-sweep [args]" >&2
     exit 2
     ;;
 esac

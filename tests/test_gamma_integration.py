@@ -20,7 +20,8 @@ def test_opcheck_composites(device):
     for op, args in ((torch.ops.wrs.standard_gamma_grad.default, (a, a, True)),
                      (torch.ops.wrs.dirichlet.default, (a,)), (torch.ops.wrs.dirichlet.default, (wide,)),
                      (torch.ops.wrs.dirichlet_rows.default, (a,)), (torch.ops.wrs.dirichlet_rows.default, (wide,)),
-                     (torch.ops.wrs.beta.default, (a, a))):
+                     (torch.ops.wrs.beta.default, (a, a)), (torch.ops.wrs.beta_pairs.default, (a, a[0].double())),
+                     (torch.ops.wrs.beta_pairs.default, (a[:1], a))):
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
 
 
@@ -123,3 +124,15 @@ def test_no_gradient_skips_the_function_but_keeps_the_gradient_contract(device):
     with fwAD.dual_level():  # no jvp: raises, as torch._standard_gamma does, never drops the tangent
         with pytest.raises(RuntimeError, match="jvp is not implemented"):
             torch_wrs.standard_gamma(fwAD.make_dual(a, torch.ones_like(a)))
+
+
+def test_compile_of_the_python_functions(device):
+    """torch.compile traces torch_wrs.standard_gamma, dirichlet and beta through torch.ops
+    (no graph break at the direct bindings)."""
+    def f(a, b):
+        return torch_wrs.standard_gamma(a) + torch_wrs.dirichlet(a) + torch_wrs.beta(a, b, validate=False)
+
+    compiled = torch.compile(f, fullgraph=True)
+    a = torch.rand(4, 50, device=device) + 0.1
+    x = compiled(a, a.flip(-1))
+    assert x.shape == (4, 50) and torch.isfinite(x).all() and (x > 0).all()

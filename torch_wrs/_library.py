@@ -19,12 +19,17 @@ torch.ops.load_library(_candidates[0])
 from . import _C  # noqa: E402  (the same library as a Python module: csrc/python/eager_calls.cpp)
 
 
+_is_compiling = torch.compiler.is_compiling
+_has_torch_function_unary = torch._C._has_torch_function_unary
+
+
 def direct_call(t: torch.Tensor) -> bool:
     """Whether an eager call on ``t`` may take ``_C``'s direct binding of an operator,
     which skips torch.ops' boxed argument parsing (most of a small call). Not while
     torch.compile traces (it must see torch.ops), and not for a tensor or a mode with
-    ``__torch_function__``, which torch.ops honours and the binding would skip."""
-    return not torch.compiler.is_compiling() and not torch._C._has_torch_function_unary(t)
+    ``__torch_function__``, which torch.ops honours and the binding would skip. (The two
+    tests are bound once: attribute lookups are a tenth of a 1.3 us call.)"""
+    return not _is_compiling() and not _has_torch_function_unary(t)
 
 
 @torch.library.register_fake("wrs::alias_table")
@@ -65,6 +70,12 @@ def _standard_gamma_fake(alpha, method="auto", *, log=False, validate=True, gene
 @torch.library.register_fake("wrs::dirichlet_rows")
 def _dirichlet_rows_fake(concentration, *, validate=True, generator=None):
     return torch.empty_like(concentration, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("wrs::beta_pairs")
+def _beta_pairs_fake(a, b, *, validate=True, generator=None):
+    shape = torch.broadcast_shapes(a.shape, b.shape)
+    return a.new_empty(shape, dtype=torch.promote_types(a.dtype, b.dtype))
 
 
 def _default_cells(n):

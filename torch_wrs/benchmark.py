@@ -4,6 +4,9 @@
     python -m torch_wrs.benchmark sampling       # alias sampling vs torch.multinomial and others
     python -m torch_wrs.benchmark multinomial    # torch_wrs.multinomial vs torch.multinomial, batched
     python -m torch_wrs.benchmark gamma          # standard_gamma / dirichlet vs torch, CuPy, JAX
+    python -m torch_wrs.benchmark gamma-sweep [--device cpu] [--out FILE]
+                                                 # standard_gamma / dirichlet / beta vs torch in the
+                                                 # default call, from one element up
     python -m torch_wrs.benchmark radix          # radix forest build / inverse_cdf vs cumsum / searchsorted
     python -m torch_wrs.benchmark sweep [--device cpu] [--out FILE]
                                                  # multinomial vs torch.multinomial over the grid of
@@ -314,6 +317,108 @@ def gamma_cases(args):
         torch.cuda.empty_cache()
 
 
+GAMMA_SWEEP_SIZES = (1, 256, 4_096, 65_536, 1 << 20, 1 << 24)
+GAMMA_SWEEP_ALPHAS = ("0.5", "2", "U(0.1,10)")
+DIRICHLET_SWEEP_SHAPES = ((1, 3), (16, 10), (256, 100), (4_096, 1_000), (65_536, 1_000))
+BETA_SWEEP_SIZES = (1, 256, 65_536, 1 << 20)
+
+
+def _per_call_ms(device, fn, budget_s):
+    """Median ms per call of fn() in a loop (the training-loop case: calls back to back,
+    timed in batches of about a millisecond, so a small call's time is its launch or
+    host cost, not the timer's), 3 to 9 batches within about budget_s."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    once = time.perf_counter() - t0
+    calls = max(1, min(1_000, int(1e-3 / max(once, 1e-7))))
+    reps = int(max(3, min(9, budget_s / max(once * calls, 1e-6))))
+    times = []
+    for _ in range(reps):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / calls)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter() - t0) * 1e3 / calls)
+    return statistics.median(times)
+
+
+def _gamma_sweep_cells(device, gen):
+    """(op, shape, dtype, parameters, ours, torch's) over the grid: what a user calls
+    with no arguments (validate=True) against torch._standard_gamma,
+    torch._sample_dirichlet, and Beta as torch.distributions samples it (the first entry
+    of a Dirichlet of the stacked pair, stacked beforehand: ours stacks inside)."""
+    big = 1 << 24 if device == "cuda" else 1 << 22  # the CPU: seconds, not minutes
+    dtypes = ("float32", "float64", "bfloat16") if device == "cuda" else ("float32", "float64")  # torch's CPU has no bf16
+    for dtype_name in dtypes:
+        dtype = getattr(torch, dtype_name)
+        for n in (n for n in GAMMA_SWEEP_SIZES if n <= big):
+            for label in GAMMA_SWEEP_ALPHAS:
+                if label.startswith("U"):
+                    a = (torch.rand(n, generator=gen, device=device) * 9.9 + 0.1).to(dtype)
+                else:
+                    a = torch.full((n,), float(label), device=device, dtype=dtype)
+                yield ("standard_gamma", f"{n:,}", dtype_name, label,
+                       lambda a=a: torch_wrs.standard_gamma(a), lambda a=a: torch._standard_gamma(a))
+    for dtype_name in ("float32", "float64"):
+        dtype = getattr(torch, dtype_name)
+        for rows, k in (s for s in DIRICHLET_SWEEP_SHAPES if s[0] * s[1] <= big):
+            c = (torch.rand(rows, k, generator=gen, device=device) * 0.9 + 0.1).to(dtype)
+            yield ("dirichlet", f"{rows:,} x {k:,}", dtype_name, "U(0.1,1)",
+                   lambda c=c: torch_wrs.dirichlet(c), lambda c=c: torch._sample_dirichlet(c))
+        for n in (n for n in BETA_SWEEP_SIZES if n <= big):
+            a = (torch.rand(n, generator=gen, device=device) + 0.5).to(dtype)
+            b = (torch.rand(n, generator=gen, device=device) + 0.5).to(dtype)
+            ab = torch.stack([a, b], -1)
+            yield ("beta", f"{n:,}", dtype_name, "U(0.5,1.5)",
+                   lambda a=a, b=b: torch_wrs.beta(a, b), lambda ab=ab: torch._sample_dirichlet(ab).select(-1, 0))
+
+
+def gamma_sweep(args):
+    """standard_gamma, dirichlet and beta against torch over sizes from one element up,
+    in the default call: every cell where ours is slower is marked."""
+    device = args.device
+    gen = torch.Generator(device).manual_seed(0)
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    budget = 0.05 if device == "cuda" else 0.1
+    rows = []
+    for op, shape, dtype, params, ours, theirs in _gamma_sweep_cells(device, gen):
+        # Two alternating rounds, the better median of each side: drift on a shared
+        # machine then hits both alike.
+        ours_ms, torch_ms = float("inf"), float("inf")
+        for _ in range(2):
+            ours_ms = min(ours_ms, _per_call_ms(device, ours, budget))
+            torch_ms = min(torch_ms, _per_call_ms(device, theirs, budget))
+        rows.append((op, shape, dtype, params, ours_ms, torch_ms))
+    lines = [f"gamma sweep on {name}, torch {torch.__version__}: the default call (validate=True) against torch, "
+             "ms per call in a loop (medians)", "",
+             "| op | shape | dtype | parameters | ours ms | torch ms | torch / ours |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+    for op, shape, dtype, params, o, t in rows:
+        mark = " **slower**" if t < o else ""
+        lines.append(f"| {op} | {shape} | {dtype} | {params} | {_fmt_ms(o)} | {_fmt_ms(t)} | {t / o:.2f}{mark} |")
+    ratios = sorted(t / o for *_, o, t in rows)
+    worst = min(rows, key=lambda r: r[5] / r[4])
+    lines += ["", f"{len(rows)} cells: median {statistics.median(ratios):.2f}x torch, minimum {ratios[0]:.2f}x "
+              f"({worst[0]} {worst[1]} {worst[2]} {worst[3]}), {sum(r < 1 for r in ratios)} slower than torch"]
+    report = "\n".join(lines)
+    print(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report + "\n")
+
+
 def _radix_weights(kind, n, gen):
     if kind in ("uniform", "power_law"):
         return _weights(kind, (n,), gen).double()
@@ -572,10 +677,10 @@ def _cell_name(c):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "radix", "sweep",
-                                             "distributed"])
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="for `sweep`")
-    parser.add_argument("--out", default="", help="`sweep`: also write the report to this file")
+    parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "gamma-sweep", "radix",
+                                             "sweep", "distributed"])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="for `sweep` and `gamma-sweep`")
+    parser.add_argument("--out", default="", help="`sweep`, `gamma-sweep`: also write the report to this file")
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling` and `radix`")
     parser.add_argument("--cpu-scaling", type=int, default=0, metavar="N",
                         help="also time the CPU build at N items on 1 thread and on all threads")
@@ -587,13 +692,13 @@ def main():
                         help="`distributed`: the table no GPU holds alone (0: skip)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("torch_wrs.benchmark needs a CUDA device (or: sweep --device cpu)")
+        raise SystemExit("torch_wrs.benchmark needs a CUDA device (or: sweep / gamma-sweep --device cpu)")
     if args.what == "distributed":
         from .benchmark_distributed import run
 
         return run(args)
     {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases,
-     "gamma": gamma_cases, "radix": radix_cases, "sweep": sweep}[args.what](args)
+     "gamma": gamma_cases, "gamma-sweep": gamma_sweep, "radix": radix_cases, "sweep": sweep}[args.what](args)
 
 
 if __name__ == "__main__":

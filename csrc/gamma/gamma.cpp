@@ -199,6 +199,25 @@ at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, s
   return out.to(concentration.scalar_type());
 }
 
+at::Tensor stack_pairs(const at::Tensor& a, const at::Tensor& b) {
+  const std::vector<at::Tensor> ab = at::broadcast_tensors({a, b});
+  const at::ScalarType out_dtype = at::promote_types(a.scalar_type(), b.scalar_type());
+  return at::stack({ab[0], ab[1]}, -1).to(out_dtype == at::kDouble ? at::kDouble : at::kFloat);
+}
+
+at::Tensor beta_from_dirichlet_rows(const at::Tensor& a, const at::Tensor& b, bool validate,
+                                    std::optional<at::Generator> generator, DirichletRowsFn rows) {
+  const at::Tensor both = stack_pairs(a, b);
+  at::Tensor out;
+  try {
+    out = rows(both, validate, std::move(generator));
+  } catch (const c10::Error&) {
+    if (validate && !stream_capturing(both)) check_values(both, "beta", "(a, b)", /*normalised=*/true);
+    throw;
+  }
+  return out.select(-1, 0).to(at::promote_types(a.scalar_type(), b.scalar_type()));
+}
+
 namespace {
 
 // dirichlet: with a gradient to carry, the composite (its backward needs the log-gammas);
@@ -217,53 +236,46 @@ at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::option
 }
 
 // Beta(a, b) = G_a / (G_a + G_b) = sigmoid(log G_a - log G_b), the first entry of the
-// Dirichlet row (a, b); a and b broadcast. Which path serves a device, and why:
+// Dirichlet row (a, b); a and b broadcast. Which path serves a call, and why:
 //
-// | device | path                                  | why                                     |
-// | ------ | ------------------------------------- | --------------------------------------- |
-// | CUDA   | dirichlet's (with a gradient its      | validation is the normalising kernel's  |
-// |        | softmax, which for two entries is     | status word: one read back, none under  |
-// |        | the sigmoid)                          | graph capture (2^20 float32, H100:      |
-// |        |                                       | 0.086 against 0.392 ms with the check)  |
-// | CPU    | the sigmoid, with one pass over the   | no sync to save; softmax over rows of   |
-// |        | log-gammas for validation (the        | two and its NaN pass cost more (2^20    |
-// |        | detailed check only if it finds       | float32, 2 threads: 59 against 44 ms);  |
-// |        | something)                            | the pass costs 4 of 58 ms, the detailed |
-// |        |                                       | check's tensor ops 19 us of a 26 us     |
-// |        |                                       | call of 4 pairs                         |
+// | gradient | device | path                                 | why                                 |
+// | -------- | ------ | ------------------------------------ | ----------------------------------- |
+// | no       | CPU    | beta_pairs: each pair drawn in log   | no stacked copy, log-gamma tensor   |
+// |          |        | space and written in one loop,       | or check pass: a small call is its  |
+// |          |        | which flags the invalid pairs        | tensor ops (CI machine, one pair:   |
+// |          |        |                                      | 6.2 -> 1.9 us, torch 6.0; at 2^20   |
+// |          |        |                                      | pairs the draws are the cost, 54-56 |
+// |          |        |                                      | ms either way, torch 128)           |
+// | no       | CUDA   | beta_pairs: dirichlet_rows of the    | validation is the normalising       |
+// |          |        | stacked pairs                        | kernel's status word: one read      |
+// |          |        |                                      | back, none under graph capture      |
+// |          |        |                                      | (2^20 float32, H100: 0.086 against  |
+// |          |        |                                      | 0.392 ms with a check pass)         |
+// | yes      | CPU    | the log-gammas through               | softmax over rows of two costs more |
+// |          |        | standard_gamma's autograd, the       | (2^20 float32, 2 threads: 59        |
+// |          |        | check, then the sigmoid              | against 44 ms)                      |
+// | yes      | CUDA   | dirichlet's composite (its softmax,  | as dirichlet                        |
+// |          |        | for two entries the sigmoid)         |                                     |
 //
-// On CUDA an invalid pair raises in dirichlet's words; the detailed check then re-runs
-// under beta's, for its message.
+// All take standard_gamma's pairs of the stacked (a, b), so a seed gives the same
+// log-gammas on every path. On CUDA an invalid pair raises in dirichlet's words; the
+// detailed check then re-runs under beta's, for its message.
 at::Tensor beta(const at::Tensor& a, const at::Tensor& b, bool validate, std::optional<at::Generator> generator) {
   constexpr const char* kOp = "beta";
   check_floating(a, kOp, "a");
   check_floating(b, kOp, "b");
-  const auto ab = at::broadcast_tensors({a, b});
-  const at::ScalarType out_dtype = at::promote_types(a.scalar_type(), b.scalar_type());
-  const at::Tensor both = at::stack({ab[0], ab[1]}, -1).to(out_dtype == at::kDouble ? at::kDouble : at::kFloat);
-  if (!both.is_cuda()) {
-    const at::Tensor log_g = call_standard_gamma(both, "auto", /*log=*/true, /*validate=*/false, std::move(generator));
-    // Only an invalid pair gives a NaN log-gamma (negative or NaN entry), +inf (inf), or
-    // two -inf (both zero); a valid pair can give two -inf only when both gammas
-    // underflow, and then the detailed check passes and the result is what it was.
-    const auto suspect = [](const auto* p, int64_t pair) {
-      const auto x = p[2 * pair], y = p[2 * pair + 1];
-      const auto inf = std::numeric_limits<std::decay_t<decltype(x)>>::infinity();
-      return x != x || y != y || x == inf || y == inf || (x == -inf && y == -inf);
-    };
-    if (validate && log_g.numel() > 0 && cpu_any(log_g, log_g.numel() / 2, suspect)) {
-      check_values(both, kOp, "(a, b)", /*normalised=*/true);
-    }
-    return at::sigmoid(log_g.select(-1, 0) - log_g.select(-1, 1)).to(out_dtype);
+  if (!(at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad()))) {
+    static const auto pairs_op = c10::Dispatcher::singleton()
+                                     .findSchemaOrThrow("wrs::beta_pairs", "")
+                                     .typed<at::Tensor(const at::Tensor&, const at::Tensor&, bool,
+                                                       std::optional<at::Generator>)>();
+    return pairs_op.call(a, b, validate, std::move(generator));
   }
-  at::Tensor rows;
-  try {
-    rows = dirichlet(both, validate, std::move(generator));
-  } catch (const c10::Error&) {
-    if (validate && !stream_capturing(both)) check_values(both, kOp, "(a, b)", /*normalised=*/true);
-    throw;
-  }
-  return rows.select(-1, 0).to(out_dtype);
+  if (a.is_cuda() || b.is_cuda()) return beta_from_dirichlet_rows(a, b, validate, std::move(generator), &dirichlet_composite);
+  const at::Tensor both = stack_pairs(a, b);
+  if (validate) check_values(both, kOp, "(a, b)", /*normalised=*/true);
+  const at::Tensor log_g = call_standard_gamma(both, "auto", /*log=*/true, /*validate=*/false, std::move(generator));
+  return at::sigmoid(log_g.select(-1, 0) - log_g.select(-1, 1)).to(at::promote_types(a.scalar_type(), b.scalar_type()));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // standard_gamma on the CPU: at::parallel_for over pairs of elements, each pair drawing
 // from its own Philox subsequence (csrc/gamma/gamma.h), so results do not depend on the
-// thread count. And dirichlet_rows: its log-gammas normalised row by row.
+// thread count. dirichlet_rows normalises its log-gammas row by row; beta_pairs writes
+// each pair's Beta variate in the same loop that draws it.
 #include "gamma/gamma_ops.h"
 
 #include "common/philox.h"
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace wrs::gamma {
 
@@ -26,23 +28,21 @@ namespace {
 // them on one) at 16-256 elements (CI machine, 2 threads).
 constexpr int64_t kPairsPerTask = 64;
 
-// Returns the alpha flags seen (alpha_flags), found in the same loop.
-template <typename scalar_t, typename Gen>
-uint32_t standard_gamma_kernel(const scalar_t* alpha, scalar_t* out, int64_t n, bool log_output,
-                               const PhiloxStreams& streams) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t pairs = (n + 1) / 2;
+// Runs pairs [0, pairs) of elements: pair j draws from Philox subsequence j. load(j, a0,
+// a1) gives its alphas and whether it has a second element; finish(j, x0, x1) takes its
+// results. Returns the alpha flags seen (alpha_flags), found in the same loop.
+template <typename acc_t, typename Gen, typename Load, typename Finish>
+uint32_t run_pairs(int64_t pairs, bool log_output, const PhiloxStreams& streams, const Load& load,
+                   const Finish& finish) {
   std::atomic<uint32_t> flags{0};
   at::parallel_for(0, pairs, kPairsPerTask, [&](int64_t begin, int64_t end) {
     uint32_t seen = 0;
     for (int64_t j = begin; j < end; ++j) {
-      const int64_t i = 2 * j;
-      const bool has_second = i + 1 < n;
-      seen |= alpha_flags(static_cast<double>(alpha[i])) |
-              (has_second ? alpha_flags(static_cast<double>(alpha[i + 1])) : 0u);
+      acc_t a0, a1;
+      const bool has_second = load(j, a0, a1);
+      seen |= alpha_flags(a0) | (has_second ? alpha_flags(a1) : 0u);
       Pair<acc_t, Gen> pair;
-      pair.start(static_cast<acc_t>(alpha[i]), has_second ? static_cast<acc_t>(alpha[i + 1]) : acc_t(0),
-                 has_second);
+      pair.start(a0, has_second ? a1 : acc_t(0), has_second);
       at::philox_engine bits = streams(static_cast<uint64_t>(j));
       CandidateWords<acc_t> words;
       for (int b = 0; b < 4; ++b) words.w[b] = bits();  // block 0: the boost uniforms
@@ -53,12 +53,28 @@ uint32_t standard_gamma_kernel(const scalar_t* alpha, scalar_t* out, int64_t n, 
       do {
         for (auto& w : words.w) w = bits();
       } while (!pair.step(words, log_output));
-      out[i] = static_cast<scalar_t>(pair.out[0]);
-      if (has_second) out[i + 1] = static_cast<scalar_t>(pair.out[1]);
+      finish(j, pair.out[0], pair.out[1]);
     }
     if (seen) flags.fetch_or(seen);
   });
   return flags.load();
+}
+
+template <typename scalar_t, typename Gen>
+uint32_t standard_gamma_kernel(const scalar_t* alpha, scalar_t* out, int64_t n, bool log_output,
+                               const PhiloxStreams& streams) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const auto load = [&](int64_t j, acc_t& a0, acc_t& a1) {
+    a0 = static_cast<acc_t>(alpha[2 * j]);
+    const bool has_second = 2 * j + 1 < n;
+    if (has_second) a1 = static_cast<acc_t>(alpha[2 * j + 1]);
+    return has_second;
+  };
+  const auto finish = [&](int64_t j, acc_t x0, acc_t x1) {
+    out[2 * j] = static_cast<scalar_t>(x0);
+    if (2 * j + 1 < n) out[2 * j + 1] = static_cast<scalar_t>(x1);
+  };
+  return run_pairs<acc_t, Gen>((n + 1) / 2, log_output, streams, load, finish);
 }
 
 at::Tensor standard_gamma_cpu(const at::Tensor& alpha, c10::string_view method, bool log, bool validate,
@@ -139,11 +155,61 @@ at::Tensor dirichlet_rows_cpu(const at::Tensor& concentration, bool validate, st
   return x.to(dtype);
 }
 
+// Beta without a gradient: pair i is (a_i, b_i), standard_gamma's pair i of the stacked
+// [..., 2] tensor (the same Philox subsequence, so the same log-gammas as dirichlet and
+// the composite for a seed), written as sigmoid(log G_a - log G_b) in the same loop: no
+// stacked copy, no log-gamma tensor, no second pass. The loop also flags inf and pairs
+// of zeros, which with alpha_flags are every invalid pair.
+at::Tensor beta_pairs_cpu(const at::Tensor& a, const at::Tensor& b, bool validate,
+                          std::optional<at::Generator> generator) {
+  constexpr const char* kOp = "beta";
+  const Method m = check_standard_gamma(a, "auto", kOp, "a");
+  check_floating(b, kOp, "b");
+  const at::ScalarType out_dtype = at::promote_types(a.scalar_type(), b.scalar_type());
+  const at::ScalarType acc = out_dtype == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor a_acc = a.to(acc), b_acc = b.to(acc);
+  if (!a_acc.sizes().equals(b_acc.sizes())) {
+    const std::vector<at::Tensor> ab = at::broadcast_tensors({a_acc, b_acc});
+    a_acc = ab[0];
+    b_acc = ab[1];
+  }
+  a_acc = a_acc.contiguous();
+  b_acc = b_acc.contiguous();
+  at::Tensor out = at::empty(a_acc.sizes(), a_acc.options());
+  const int64_t n = out.numel();
+  if (n == 0) return out.to(out_dtype);
+  const PhiloxStreams streams{cpu_philox_seed(generator)};
+  std::atomic<bool> inf_or_zeros{false};
+  uint32_t flags = 0;
+  AT_DISPATCH_FLOATING_TYPES(acc, "beta_pairs_cpu", [&] {
+    const scalar_t* pa = a_acc.const_data_ptr<scalar_t>();
+    const scalar_t* pb = b_acc.const_data_ptr<scalar_t>();
+    scalar_t* po = out.mutable_data_ptr<scalar_t>();
+    constexpr scalar_t kInf = std::numeric_limits<scalar_t>::infinity();
+    const auto load = [&](int64_t i, scalar_t& x, scalar_t& y) {
+      x = pa[i];
+      y = pb[i];
+      if (x == kInf || y == kInf || (x == 0 && y == 0)) inf_or_zeros.store(true, std::memory_order_relaxed);
+      return true;
+    };
+    const auto finish = [&](int64_t i, scalar_t log_x, scalar_t log_y) { po[i] = 1 / (1 + std::exp(log_y - log_x)); };
+    dispatch_method<scalar_t>(m, [&](auto gen) {
+      flags = run_pairs<scalar_t, decltype(gen)>(n, /*log_output=*/true, streams, load, finish);
+    });
+  });
+  if (validate && (flags != 0 || inf_or_zeros.load())) {
+    check_values(at::stack({a_acc, b_acc}, -1), kOp, "(a, b)", /*normalised=*/true);
+    TORCH_CHECK(false, kOp, ": (a, b) has an invalid pair");  // not reached: the check names the cause
+  }
+  return out.to(out_dtype);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(wrs, CPU, m) {
   m.impl("standard_gamma", &standard_gamma_cpu);
   m.impl("dirichlet_rows", &dirichlet_rows_cpu);
+  m.impl("beta_pairs", &beta_pairs_cpu);
 }
 
 }  // namespace wrs::gamma

@@ -482,11 +482,20 @@ at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, s
   return out;
 }
 
+// Beta without a gradient: dirichlet_rows of the stacked pairs (gamma.cpp says why).
+at::Tensor beta_pairs_cuda(const at::Tensor& a, const at::Tensor& b, bool validate,
+                           std::optional<at::Generator> generator) {
+  check_floating(a, "beta", "a");
+  check_floating(b, "beta", "b");
+  return beta_from_dirichlet_rows(a, b, validate, std::move(generator), &dirichlet_rows_cuda);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
   m.impl("standard_gamma", &standard_gamma_cuda);
   m.impl("dirichlet_rows", &dirichlet_rows_cuda);
+  m.impl("beta_pairs", &beta_pairs_cuda);
 }
 
 }  // namespace wrs::gamma

@@ -37,4 +37,15 @@ void check_values(const at::Tensor& alpha, const char* op, const char* arg, bool
 // gamma_cuda.cu).
 at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator);
 
+// (a, b) broadcast and stacked into rows [..., 2] of float (double where either is):
+// the Dirichlet rows whose first entries are Beta(a, b), and standard_gamma's pairs.
+at::Tensor stack_pairs(const at::Tensor& a, const at::Tensor& b);
+
+// Beta(a, b) as the first entries of Dirichlet rows drawn by `rows` (dirichlet_rows'
+// CUDA kernel, or the composite): an invalid pair raises there in dirichlet's words and
+// is checked again here, for beta's.
+using DirichletRowsFn = at::Tensor (*)(const at::Tensor&, bool, std::optional<at::Generator>);
+at::Tensor beta_from_dirichlet_rows(const at::Tensor& a, const at::Tensor& b, bool validate,
+                                    std::optional<at::Generator> generator, DirichletRowsFn rows);
+
 }  // namespace wrs::gamma
