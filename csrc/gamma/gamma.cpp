@@ -215,7 +215,8 @@ at::Tensor beta_from_dirichlet_rows(const at::Tensor& a, const at::Tensor& b, bo
     if (validate && !stream_capturing(both)) check_values(both, "beta", "(a, b)", /*normalised=*/true);
     throw;
   }
-  return out.select(-1, 0).to(at::promote_types(a.scalar_type(), b.scalar_type()));
+  // Contiguous, as the CPU's beta_pairs (and the fake kernel) give it.
+  return out.select(-1, 0).to(at::promote_types(a.scalar_type(), b.scalar_type())).contiguous();
 }
 
 namespace {
