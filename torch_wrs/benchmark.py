@@ -358,10 +358,10 @@ def _per_call_ms(device, fn, budget_s):
 
 
 def _gamma_sweep_cells(device, gen):
-    """(op, shape, dtype, parameters, ours, torch's) over the grid: what a user calls
-    with no arguments (validate=True) against torch._standard_gamma,
-    torch._sample_dirichlet, and Beta as torch.distributions samples it (the first entry
-    of a Dirichlet of the stacked pair, stacked beforehand: ours stacks inside)."""
+    """(op, shape, dtype, parameters, ours(validate), torch's) over the grid, against
+    torch._standard_gamma, torch._sample_dirichlet, and Beta as torch.distributions
+    samples it (the first entry of a Dirichlet of the stacked pair, stacked beforehand:
+    ours stacks inside)."""
     big = 1 << 24 if device == "cuda" else 1 << 22  # the CPU: seconds, not minutes
     dtypes = ("float32", "float64", "bfloat16") if device == "cuda" else ("float32", "float64")  # torch's CPU has no bf16
     for dtype_name in dtypes:
@@ -373,47 +373,55 @@ def _gamma_sweep_cells(device, gen):
                 else:
                     a = torch.full((n,), float(label), device=device, dtype=dtype)
                 yield ("standard_gamma", f"{n:,}", dtype_name, label,
-                       lambda a=a: torch_wrs.standard_gamma(a), lambda a=a: torch._standard_gamma(a))
+                       lambda v, a=a: torch_wrs.standard_gamma(a, validate=v), lambda a=a: torch._standard_gamma(a))
     for dtype_name in ("float32", "float64"):
         dtype = getattr(torch, dtype_name)
         for rows, k in (s for s in DIRICHLET_SWEEP_SHAPES if s[0] * s[1] <= big):
             c = (torch.rand(rows, k, generator=gen, device=device) * 0.9 + 0.1).to(dtype)
             yield ("dirichlet", f"{rows:,} x {k:,}", dtype_name, "U(0.1,1)",
-                   lambda c=c: torch_wrs.dirichlet(c), lambda c=c: torch._sample_dirichlet(c))
+                   lambda v, c=c: torch_wrs.dirichlet(c, validate=v), lambda c=c: torch._sample_dirichlet(c))
         for n in (n for n in BETA_SWEEP_SIZES if n <= big):
             a = (torch.rand(n, generator=gen, device=device) + 0.5).to(dtype)
             b = (torch.rand(n, generator=gen, device=device) + 0.5).to(dtype)
             ab = torch.stack([a, b], -1)
             yield ("beta", f"{n:,}", dtype_name, "U(0.5,1.5)",
-                   lambda a=a, b=b: torch_wrs.beta(a, b), lambda ab=ab: torch._sample_dirichlet(ab).select(-1, 0))
+                   lambda v, a=a, b=b: torch_wrs.beta(a, b, validate=v),
+                   lambda ab=ab: torch._sample_dirichlet(ab).select(-1, 0))
 
 
 def gamma_sweep(args):
-    """standard_gamma, dirichlet and beta against torch over sizes from one element up,
-    in the default call: every cell where ours is slower is marked."""
+    """standard_gamma, dirichlet and beta against torch over sizes from one element up:
+    the default call (validate=True: on CUDA one status read, a host sync, per call) and
+    validate=False. Every cell where the default call is slower is marked."""
     device = args.device
     gen = torch.Generator(device).manual_seed(0)
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     budget = 0.05 if device == "cuda" else 0.1
     rows = []
     for op, shape, dtype, params, ours, theirs in _gamma_sweep_cells(device, gen):
-        # Two rounds, ours first then torch first, the better median of each side: drift,
-        # or the CPU's pool threads still spinning after a large cell, then hits both alike.
-        ours_ms = _per_call_ms(device, ours, budget)
+        # Two rounds, ours first then torch first, the better median of each: drift on a
+        # shared machine then hits both alike.
+        default, unvalidated = (lambda: ours(True)), (lambda: ours(False))
+        ms = [_per_call_ms(device, default, budget), _per_call_ms(device, unvalidated, budget)]
         torch_ms = min(_per_call_ms(device, theirs, budget), _per_call_ms(device, theirs, budget))
-        ours_ms = min(ours_ms, _per_call_ms(device, ours, budget))
-        rows.append((op, shape, dtype, params, ours_ms, torch_ms))
-    lines = [f"gamma sweep on {name}, torch {torch.__version__}: the default call (validate=True) against torch, "
-             "ms per call in a loop (medians)", "",
-             "| op | shape | dtype | parameters | ours ms | torch ms | torch / ours |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: |"]
-    for op, shape, dtype, params, o, t in rows:
-        mark = " **slower**" if t < o else ""
-        lines.append(f"| {op} | {shape} | {dtype} | {params} | {_fmt_ms(o)} | {_fmt_ms(t)} | {t / o:.2f}{mark} |")
-    ratios = sorted(t / o for *_, o, t in rows)
-    worst = min(rows, key=lambda r: r[5] / r[4])
-    lines += ["", f"{len(rows)} cells: median {statistics.median(ratios):.2f}x torch, minimum {ratios[0]:.2f}x "
-              f"({worst[0]} {worst[1]} {worst[2]} {worst[3]}), {sum(r < 1 for r in ratios)} slower than torch"]
+        ms = [min(ms[0], _per_call_ms(device, default, budget)), min(ms[1], _per_call_ms(device, unvalidated, budget))]
+        rows.append((op, shape, dtype, params, ms[0], ms[1], torch_ms))
+    lines = [f"gamma sweep on {name}, torch {torch.__version__}: ms per call in a loop (medians); "
+             "'default' is validate=True", "",
+             "| op | shape | dtype | parameters | ours, default | ours, validate=False | torch | torch / default "
+             "| torch / validate=False |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for op, shape, dtype, params, d, u, t in rows:
+        mark = " **slower**" if t < d else ""
+        lines.append(f"| {op} | {shape} | {dtype} | {params} | {_fmt_ms(d)} | {_fmt_ms(u)} | {_fmt_ms(t)} | "
+                     f"{t / d:.2f}{mark} | {t / u:.2f} |")
+    lines.append("")
+    for label, col in (("default", 4), ("validate=False", 5)):
+        ratios = sorted(r[6] / r[col] for r in rows)
+        worst = min(rows, key=lambda r: r[6] / r[col])
+        lines.append(f"{label}: {len(rows)} cells, median {statistics.median(ratios):.2f}x torch, minimum "
+                     f"{ratios[0]:.2f}x ({worst[0]} {worst[1]} {worst[2]} {worst[3]}), "
+                     f"{sum(r < 1 for r in ratios)} slower than torch")
     report = "\n".join(lines)
     print(report)
     if args.out:
