@@ -13,7 +13,8 @@
 // |               | k <= 4 n                          | prefix sums   | branch-free search per draw: no sort      |
 // | yes           | k >= 65,536 and k > 4 n           | alias tables  | O(1) per draw once built                  |
 // | no            | any k >= 2                        | race keys     | one pass of keys; each chunk keeps its    |
-// |               |                                   |               | top k (nth_element), a row merges chunks  |
+// |               |                                   |               | top k (nth_element), a row merges chunks; |
+// |               |                                   |               | a test without a log rules out most items |
 #include "common/philox.h"
 #include "multinomial/laws.h"
 #include "multinomial/multinomial.h"
@@ -38,8 +39,9 @@ namespace {
 constexpr int64_t kChunk = int64_t(1) << 15;  // items per task of a long row
 constexpr int64_t kTaskItems = int64_t(1) << 14;  // at least this much work per parallel_for grain
 
-// Race keys cost a Philox block per two items and a log each, about 15 times an inverse
-// CDF's passes per item: fewer rows than kRaceChunkedRows are cut into tasks from 8,192
+// Race keys cost a Philox block per two items (and a log for each item ruled_out keeps),
+// several times an inverse CDF's passes per item: fewer rows than kRaceChunkedRows are
+// cut into tasks from 8,192
 // items, so that one row of 32,000 spreads over the threads (one thread per row of up to
 // 32,768 took twice as long). More rows keep kChunk: smaller chunks admit more keys in all
 // (8 x 32,000, k = 64: 1.95 ms in chunks of 32,768, 2.20 in chunks of 8,192).
@@ -394,6 +396,20 @@ inline PhiloxBlocks key_blocks(const PhiloxSeed& seed, int64_t row0, int64_t row
                       static_cast<uint64_t>((row1 - 1) * pairs + (first + count + 1) / 2));
 }
 
+// A first test with no log, as the GPU's (race_bounds.cuh) but in double: E = -log u >=
+// 1 - u, so a probability's key w / E is at most w / (1 - u), and an item with
+// w <= t (1 - u) cannot beat t. 1 - u is (~r + 0.5) 2^-64 for the bits r that
+// exponential() reads, within 2^-53 relative once rounded; the margin 2^-40 covers that,
+// the two products and exponential()'s 2^-50.56, so an item it rules out has its float64
+// key below t, where the key itself would have ruled it out too: the draws are the same.
+// Logit keys x / T - log E need a log (or an exp) either way: no first test.
+inline bool ruled_out(const ProbWeights&, double v, uint32_t lo, uint32_t hi, double t) {
+  const uint64_t r = (static_cast<uint64_t>(hi) << 32) | lo;
+  const double one_minus_u = (static_cast<double>(~r) + 0.5) * 0x1.0p-64;
+  return v <= t * one_minus_u * (1.0 - 0x1.0p-40);
+}
+inline bool ruled_out(const LogitWeights&, double, uint32_t, uint32_t, double) { return false; }
+
 // The top k race keys of items [first, first + count) of a row, unordered, in `c`
 // (cleared first), their Philox blocks next in `blocks`; returns how many of those items
 // are nonzero.
@@ -408,6 +424,7 @@ int64_t chunk_top(const scalar_t* p, int64_t first, int64_t count, int64_t k, co
     for (int64_t h = 0; h < 2 && i + h < end; ++h) {
       const double v = static_cast<double>(p[i + h]);
       nz += Weights::nonzero(v);
+      if (ruled_out(wts, v, bits[2 * h], bits[2 * h + 1], kth)) continue;
       const double key = wts.key(v, exponential(bits[2 * h], bits[2 * h + 1]));
       if (key <= kth) continue;
       c.push_back(Keyed{key, i + h});
