@@ -125,3 +125,15 @@ def every_key_draws(sample, x, k, seed):
     Philox subsequence r * quads + q, so with the same seed the first k draws agree."""
     k_all = max(k, 65, x.shape[-1] // 64 + 1)
     return sample(x, k_all, generator=torch.Generator("cuda").manual_seed(seed))[..., :k]
+
+
+class RecordingMode(torch.overrides.TorchFunctionMode):
+    """A __torch_function__ mode that records each function it sees, then calls it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(func)
+        return func(*args, **(kwargs or {}))

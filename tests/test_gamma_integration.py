@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import torch_wrs
+from helpers import RecordingMode
 
 
 def test_opcheck_standard_gamma(device):
@@ -88,16 +89,7 @@ def test_direct_bindings_are_the_operators(device):
     with pytest.raises(RuntimeError, match="^standard_gamma: method must be"):
         torch_wrs.standard_gamma(a, "best")
 
-    class Seen(torch.overrides.TorchFunctionMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            self.calls.append(func)
-            return func(*args, **(kwargs or {}))
-
-    with Seen() as seen:
+    with RecordingMode() as seen:
         torch_wrs.standard_gamma(a)
         torch_wrs.dirichlet(a)
         torch_wrs.beta(a, b)

@@ -9,7 +9,7 @@ import torch
 
 import torch_wrs
 from conftest import requires_cuda
-from helpers import every_key_draws, g_test_pvalue
+from helpers import RecordingMode, every_key_draws, g_test_pvalue
 
 P_MIN = 1e-4
 
@@ -238,16 +238,7 @@ def test_direct_binding_is_the_operator(device):
     with pytest.raises(RuntimeError, match="^multinomial: cannot sample num_samples <= 0 samples, got 0$"):
         torch_wrs.multinomial(w, 0, True)
 
-    class Seen(torch.overrides.TorchFunctionMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            self.calls.append(func)
-            return func(*args, **(kwargs or {}))
-
-    with Seen() as seen:
+    with RecordingMode() as seen:
         torch_wrs.multinomial(w, 2, True)
         torch_wrs.sample_logits(w, 2)
     assert seen.calls == [torch.ops.wrs.multinomial.default, torch.ops.wrs.sample_logits.default]

@@ -327,13 +327,7 @@ def _per_call_ms(device, fn, budget_s):
     """Median ms per call of fn() in a loop (the training-loop case: calls back to back,
     timed in batches of about a millisecond, so a small call's time is its launch or
     host cost, not the timer's), 3 to 9 batches within about budget_s."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    fn()
-    sync()
-    t0 = time.perf_counter()
-    fn()
-    sync()
-    once = time.perf_counter() - t0
+    sync, once = _one_call_s(device, fn)
     for _ in range(int(min(1e4, 0.01 / max(once, 1e-7)))):  # 10 ms of warm-up: a small cell after
         fn()                                                # a large one first read 2x (CPU)
     sync()
@@ -523,16 +517,21 @@ def _sweep_limits(device):
     return {"items": 1 << 23, "samples": 1 << 20}
 
 
-def _time(device, fn, budget_s):
-    """Median ms of fn(): CUDA events on the GPU, perf_counter on the CPU; as many
-    repetitions (3 to 15) as fit in about budget_s after two warm-up calls."""
+def _one_call_s(device, fn):
+    """The device's sync, and the seconds of one call of fn() after a first (warm-up)."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     fn()
     sync()
     t0 = time.perf_counter()
     fn()
     sync()
-    once = time.perf_counter() - t0
+    return sync, time.perf_counter() - t0
+
+
+def _time(device, fn, budget_s):
+    """Median ms of fn(): CUDA events on the GPU, perf_counter on the CPU; as many
+    repetitions (3 to 15) as fit in about budget_s after two warm-up calls."""
+    _, once = _one_call_s(device, fn)
     reps = int(max(3, min(15, budget_s / max(once, 1e-6))))
     if device == "cuda":
         return cuda_ms(fn, warmup=0, reps=reps)
