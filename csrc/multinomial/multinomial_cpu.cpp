@@ -64,6 +64,69 @@ struct Chunks {
   int64_t count(int64_t task) const { return std::min(items, n - first(task)); }
 };
 
+// ---- AVX2 where the CPU has it --------------------------------------------------------
+
+// The passes over every item (the summary, the units) are lane-wise: each item meets the
+// same arithmetic in the same order whatever the vector width, so a build for AVX2 gives
+// the same bits as the baseline (SSE2, or NEON), at twice the width. It is chosen at run
+// time, as F16C is below, so the build still runs on the baseline. A loop is a lambda
+// marked WRS_INLINE, so that it is compiled into its caller, taking the lanes to use.
+#define WRS_INLINE __attribute__((always_inline))
+
+// Vectors of two or four doubles (and of as many floats and 32-bit integers, to load
+// them). A generic vector wider than the target's is split with spills to the stack.
+struct TwoLanes {
+  static constexpr int kWidth = 2;
+  typedef double Doubles __attribute__((vector_size(16)));
+  typedef float Floats __attribute__((vector_size(8)));
+  typedef uint32_t Words __attribute__((vector_size(8)));
+};
+struct FourLanes {
+  static constexpr int kWidth = 4;
+  typedef double Doubles __attribute__((vector_size(32)));
+  typedef float Floats __attribute__((vector_size(16)));
+  typedef uint32_t Words __attribute__((vector_size(16)));
+};
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define WRS_HAVE_AVX2_PATH 1
+template <typename Loop>
+__attribute__((target("avx2"))) auto run_avx2(const Loop& loop) {
+  return loop(FourLanes{});
+}
+#endif
+
+template <typename Loop>
+auto run_widest(const Loop& loop) {
+#ifdef WRS_HAVE_AVX2_PATH
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return run_avx2(loop);
+#endif
+  return loop(TwoLanes{});
+}
+
+// kWidth consecutive items as doubles, one vector.
+template <typename Lanes>
+inline WRS_INLINE typename Lanes::Doubles load_lanes(const double* p) {
+  typename Lanes::Doubles v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename Lanes>
+inline WRS_INLINE typename Lanes::Doubles load_lanes(const float* p) {
+  typename Lanes::Floats v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, typename Lanes::Doubles);
+}
+template <typename Lanes>
+inline WRS_INLINE typename Lanes::Doubles load_lanes(const at::BFloat16* p) {  // a float's high half
+  typename Lanes::Words wide;
+  for (int w = 0; w < Lanes::kWidth; ++w) wide[w] = static_cast<uint32_t>(p[w].x) << 16;
+  typename Lanes::Floats v;
+  std::memcpy(&v, &wide, sizeof v);
+  return __builtin_convertvector(v, typename Lanes::Doubles);
+}
+
 template <typename scalar_t, typename Weights>
 Summary summarize(const scalar_t* p, int64_t count, const Weights& wts) {
   Summary s = Weights::empty();
@@ -71,31 +134,50 @@ Summary summarize(const scalar_t* p, int64_t count, const Weights& wts) {
   return s;
 }
 
-// Probabilities: four running sums and minima in a fixed order (instruction-level
-// parallelism, no flag per item). NaN and inf show in the sum, negatives in the minimum:
-// multinomial's single error text covers all three.
+// Probabilities: sixteen running sums and minima in a fixed order (a sum's latency is
+// three or four cycles: one vector would wait on itself), item i + j in lane j of each
+// step of sixteen, whatever the vector width; then the lanes pairwise, the same way.
+// NaN and inf show in the sum, negatives in the minimum: multinomial's single error text
+// covers all three.
+constexpr int kSummaryLanes = 16;
+
 template <typename scalar_t>
 Summary summarize(const scalar_t* p, int64_t count, const ProbWeights&) {
-  double sum[4] = {0, 0, 0, 0};
-  double low[4] = {0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    for (int j = 0; j < 4; ++j) {
-      const double v = static_cast<double>(p[i + j]);
-      sum[j] += v;
-      low[j] = v < low[j] ? v : low[j];
+  return run_widest([&](auto lanes) WRS_INLINE {
+    using Lanes = decltype(lanes);
+    using Doubles = typename Lanes::Doubles;
+    constexpr int kVectors = kSummaryLanes / Lanes::kWidth;
+    Doubles sums[kVectors] = {};
+    Doubles lows[kVectors] = {};
+    int64_t i = 0;
+    for (; i + kSummaryLanes <= count; i += kSummaryLanes) {
+      for (int j = 0; j < kVectors; ++j) {
+        const Doubles v = load_lanes<Lanes>(p + i + j * Lanes::kWidth);
+        sums[j] += v;
+        lows[j] = v < lows[j] ? v : lows[j];
+      }
     }
-  }
-  for (; i < count; ++i) {
-    const double v = static_cast<double>(p[i]);
-    sum[0] += v;
-    low[0] = v < low[0] ? v : low[0];
-  }
-  const double total = (sum[0] + sum[1]) + (sum[2] + sum[3]);
-  const bool negative = low[0] < 0 || low[1] < 0 || low[2] < 0 || low[3] < 0;
-  const uint32_t flags = (negative ? kWeightNegative : 0u) | (total != total ? kWeightNaN : 0u) |
-                         (total > 1.7976931348623157e308 ? kWeightInf : 0u);
-  return Summary{0.0, total, flags};
+    double sum[kSummaryLanes], low[kSummaryLanes];
+    for (int j = 0; j < kSummaryLanes; ++j) {
+      sum[j] = sums[j / Lanes::kWidth][j % Lanes::kWidth];
+      low[j] = lows[j / Lanes::kWidth][j % Lanes::kWidth];
+    }
+    for (; i < count; ++i) {
+      const double v = static_cast<double>(p[i]);
+      sum[0] += v;
+      low[0] = v < low[0] ? v : low[0];
+    }
+    for (int half = kSummaryLanes / 2; half >= 1; half /= 2) {
+      for (int j = 0; j < half; ++j) {
+        sum[j] += sum[j + half];
+        low[j] = low[j + half] < low[j] ? low[j + half] : low[j];
+      }
+    }
+    const double total = sum[0];
+    const uint32_t flags = (low[0] < 0 ? kWeightNegative : 0u) | (total != total ? kWeightNaN : 0u) |
+                           (total > 1.7976931348623157e308 ? kWeightInf : 0u);
+    return Summary{0.0, total, flags};
+  });
 }
 
 template <typename scalar_t, typename Weights>
@@ -161,8 +243,11 @@ struct Quantizer {
     }
     const double direct = law.scale.direct;
     const double cap = cap_biased();
-    for (int64_t i = 0; i < count; ++i) total += bits(std::min(static_cast<double>(p[i]) * direct + k2to52, cap));
-    return total - static_cast<uint64_t>(count) * bits(k2to52);
+    return run_widest([=](auto) WRS_INLINE {
+      uint64_t biased = 0;
+      for (int64_t i = 0; i < count; ++i) biased += bits(std::min(static_cast<double>(p[i]) * direct + k2to52, cap));
+      return biased - static_cast<uint64_t>(count) * bits(k2to52);
+    });
   }
 
   // sum(), also writing each item's units to q.
@@ -176,11 +261,20 @@ struct Quantizer {
     const double direct = law.scale.direct;
     const double cap = cap_biased();
     const uint64_t bias = bits(k2to52);
-    for (int64_t i = 0; i < count; ++i) total += q[i] = bits(std::min(static_cast<double>(p[i]) * direct + k2to52, cap)) - bias;
-    return total;
+    return run_widest([=](auto) WRS_INLINE {
+      // Locals: q might alias anything read through the lambda, which stops the vectorizer.
+      const scalar_t* const src = p;
+      uint64_t* const dst = q;
+      const int64_t items = count;
+      const double scale = direct, top = cap;
+      const uint64_t offset = bias;
+      uint64_t units = 0;
+      for (int64_t i = 0; i < items; ++i) units += dst[i] = bits(std::min(static_cast<double>(src[i]) * scale + k2to52, top)) - offset;
+      return units;
+    });
   }
 
-  static uint64_t bits(double v) {
+  static WRS_INLINE uint64_t bits(double v) {
     uint64_t b;
     std::memcpy(&b, &v, sizeof b);
     return b;
@@ -192,14 +286,15 @@ struct Quantizer {
 // units are summed in one vector loop that keeps them; a block holding no point is
 // passed whole, the others walked over the kept integers, up to their last point, eight
 // items a step while all eight lie below the next point.
+constexpr int64_t kUnitBlock = 256;
+
 template <typename scalar_t, typename Weights>
 void scan_points(const scalar_t* p, int64_t count, int64_t first, const Quantizer<Weights>& quantize,
                  uint64_t through, const Point* pts, int64_t k, int64_t& found, int64_t* out) {
-  constexpr int64_t kBlock = 256;
   constexpr int kSkip = 8;
-  uint64_t q[kBlock];
-  for (int64_t b = 0; b < count && found < k; b += kBlock) {
-    const int64_t len = std::min(kBlock, count - b);
+  uint64_t q[kUnitBlock];
+  for (int64_t b = 0; b < count && found < k; b += kUnitBlock) {
+    const int64_t len = std::min(kUnitBlock, count - b);
     const uint64_t block = quantize.sum(p + b, len, q);
     if (pts[found].at - through >= block) {  // no point in this block
       through += block;
@@ -304,16 +399,25 @@ void draw_row_prefix(const scalar_t* x, int64_t n, int64_t k, const Quantizer<We
   }
 }
 
-// A few long rows: chunk tasks. Each chunk's units, then each row's points on its exact
-// total, sorted, then each chunk finds the points in its range with one partial scan.
+// A few long rows: chunk tasks. Each chunk's units, kept by blocks of kUnitBlock items,
+// then each row's points on its exact total, sorted, then each chunk scans only the
+// blocks that hold a point (a block's units are the same integers either way).
 template <typename scalar_t, typename Weights>
 void draw_chunked(const Request& r, const scalar_t* x, const std::vector<Quantizer<Weights>>& quantize,
                   const PhiloxSeed& seed, int64_t* out) {
   const Chunks ch(r.rows, r.n);
+  const int64_t blocks_per_chunk = (ch.items + kUnitBlock - 1) / kUnitBlock;
   std::vector<uint64_t> units_of(ch.tasks());
+  std::vector<uint64_t> block_units(ch.tasks() * blocks_per_chunk);
   at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      units_of[t] = quantize[ch.row(t)].sum(x + ch.row(t) * r.n + ch.first(t), ch.count(t));
+      const scalar_t* p = x + ch.row(t) * r.n + ch.first(t);
+      uint64_t* units = block_units.data() + t * blocks_per_chunk;
+      uint64_t chunk = 0;
+      for (int64_t b = 0; b * kUnitBlock < ch.count(t); ++b) {
+        chunk += units[b] = quantize[ch.row(t)].sum(p + b * kUnitBlock, std::min(kUnitBlock, ch.count(t) - b * kUnitBlock));
+      }
+      units_of[t] = chunk;
     }
   });
   std::vector<Point> points(r.rows * r.k);
@@ -343,8 +447,14 @@ void draw_chunked(const Request& r, const scalar_t* x, const std::vector<Quantiz
       int64_t found = hit - pts;
       const int64_t last = std::lower_bound(hit, end, start + units_of[t],
                                             [](const Point& a, uint64_t v) { return a.at < v; }) - pts;
-      scan_points(x + row * r.n + ch.first(t), ch.count(t), ch.first(t), quantize[row], start, pts, last, found,
-                  out + row * r.k);
+      const uint64_t* units = block_units.data() + t * blocks_per_chunk;
+      uint64_t through = start;
+      for (int64_t b = 0; found < last; through += units[b++]) {
+        if (pts[found].at - through >= units[b]) continue;  // no point in this block
+        const int64_t item = ch.first(t) + b * kUnitBlock;
+        scan_points(x + row * r.n + item, std::min(kUnitBlock, ch.count(t) - b * kUnitBlock), item, quantize[row],
+                    through, pts, last, found, out + row * r.k);
+      }
     }
   });
 }
