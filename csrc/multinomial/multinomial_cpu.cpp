@@ -127,8 +127,8 @@ inline WRS_INLINE typename Lanes::Doubles load_lanes(const at::BFloat16* p) {  /
   return __builtin_convertvector(v, typename Lanes::Doubles);
 }
 
-template <typename scalar_t, typename Weights>
-Summary summarize(const scalar_t* p, int64_t count, const Weights& wts) {
+template <typename Lanes, typename scalar_t, typename Weights>
+inline WRS_INLINE Summary summarize(const scalar_t* p, int64_t count, const Weights& wts) {
   Summary s = Weights::empty();
   for (int64_t i = 0; i < count; ++i) s = wts.add(s, static_cast<double>(p[i]));
   return s;
@@ -141,52 +141,63 @@ Summary summarize(const scalar_t* p, int64_t count, const Weights& wts) {
 // covers all three.
 constexpr int kSummaryLanes = 16;
 
-template <typename scalar_t>
-Summary summarize(const scalar_t* p, int64_t count, const ProbWeights&) {
-  return run_widest([&](auto lanes) WRS_INLINE {
-    using Lanes = decltype(lanes);
-    using Doubles = typename Lanes::Doubles;
-    constexpr int kVectors = kSummaryLanes / Lanes::kWidth;
-    Doubles sums[kVectors] = {};
-    Doubles lows[kVectors] = {};
-    int64_t i = 0;
-    for (; i + kSummaryLanes <= count; i += kSummaryLanes) {
-      for (int j = 0; j < kVectors; ++j) {
-        const Doubles v = load_lanes<Lanes>(p + i + j * Lanes::kWidth);
-        sums[j] += v;
-        lows[j] = v < lows[j] ? v : lows[j];
-      }
-    }
-    double sum[kSummaryLanes], low[kSummaryLanes];
-    for (int j = 0; j < kSummaryLanes; ++j) {
-      sum[j] = sums[j / Lanes::kWidth][j % Lanes::kWidth];
-      low[j] = lows[j / Lanes::kWidth][j % Lanes::kWidth];
-    }
-    for (; i < count; ++i) {
+inline WRS_INLINE Summary probability_summary(double total, double low) {
+  const uint32_t flags = (low < 0 ? kWeightNegative : 0u) | (total != total ? kWeightNaN : 0u) |
+                         (total > 1.7976931348623157e308 ? kWeightInf : 0u);
+  return Summary{0.0, total, flags};
+}
+
+template <typename Lanes, typename scalar_t>
+inline WRS_INLINE Summary summarize(const scalar_t* p, int64_t count, const ProbWeights&) {
+  if (count < kSummaryLanes) {  // lane 0 takes every item, the others stay 0: the same bits
+    double sum = 0, low = 0;
+    for (int64_t i = 0; i < count; ++i) {
       const double v = static_cast<double>(p[i]);
-      sum[0] += v;
-      low[0] = v < low[0] ? v : low[0];
+      sum += v;
+      low = v < low ? v : low;
     }
-    for (int half = kSummaryLanes / 2; half >= 1; half /= 2) {
-      for (int j = 0; j < half; ++j) {
-        sum[j] += sum[j + half];
-        low[j] = low[j + half] < low[j] ? low[j + half] : low[j];
-      }
+    return probability_summary(sum, low);
+  }
+  using Doubles = typename Lanes::Doubles;
+  constexpr int kVectors = kSummaryLanes / Lanes::kWidth;
+  Doubles sums[kVectors] = {};
+  Doubles lows[kVectors] = {};
+  int64_t i = 0;
+  for (; i + kSummaryLanes <= count; i += kSummaryLanes) {
+    for (int j = 0; j < kVectors; ++j) {
+      const Doubles v = load_lanes<Lanes>(p + i + j * Lanes::kWidth);
+      sums[j] += v;
+      lows[j] = v < lows[j] ? v : lows[j];
     }
-    const double total = sum[0];
-    const uint32_t flags = (low[0] < 0 ? kWeightNegative : 0u) | (total != total ? kWeightNaN : 0u) |
-                           (total > 1.7976931348623157e308 ? kWeightInf : 0u);
-    return Summary{0.0, total, flags};
-  });
+  }
+  double sum[kSummaryLanes], low[kSummaryLanes];
+  for (int j = 0; j < kSummaryLanes; ++j) {
+    sum[j] = sums[j / Lanes::kWidth][j % Lanes::kWidth];
+    low[j] = lows[j / Lanes::kWidth][j % Lanes::kWidth];
+  }
+  for (; i < count; ++i) {
+    const double v = static_cast<double>(p[i]);
+    sum[0] += v;
+    low[0] = v < low[0] ? v : low[0];
+  }
+  for (int half = kSummaryLanes / 2; half >= 1; half /= 2) {
+    for (int j = 0; j < half; ++j) {
+      sum[j] += sum[j + half];
+      low[j] = low[j + half] < low[j] ? low[j + half] : low[j];
+    }
+  }
+  return probability_summary(sum[0], low[0]);
 }
 
 template <typename scalar_t, typename Weights>
 std::vector<Summary> row_summaries(const scalar_t* x, const Chunks& ch, const Weights& wts) {
   std::vector<Summary> chunk(ch.tasks());
   at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      chunk[t] = summarize(x + ch.row(t) * ch.n + ch.first(t), ch.count(t), wts);
-    }
+    run_widest([&](auto lanes) WRS_INLINE {  // once per task: short rows pay no call each
+      for (int64_t t = t0; t < t1; ++t) {
+        chunk[t] = summarize<decltype(lanes)>(x + ch.row(t) * ch.n + ch.first(t), ch.count(t), wts);
+      }
+    });
   });
   if (ch.per_row == 1) return chunk;  // rows of one chunk: no second vector (1,048,576 x 4: 24 MB of fresh pages)
   std::vector<Summary> rows(ch.rows, Weights::empty());
