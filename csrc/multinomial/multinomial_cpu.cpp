@@ -681,6 +681,7 @@ void halves_to_floats(const at::Half* src, float* dst, int64_t count) {
 // converting 8 x 2^20 items into one took 4.4 ms where warm pages take 0.24 (torch's
 // whole call 6.0). The most a thread keeps is 64 MiB.
 constexpr int64_t kKeptConversion = int64_t(1) << 24;
+constexpr int64_t kConversionGrain = int64_t(1) << 13;
 
 // The float32 copy of a contiguous float16 tensor; valid until the thread's next call.
 const float* as_floats(const at::Tensor& x, std::vector<float>& local) {
@@ -690,7 +691,9 @@ const float* as_floats(const at::Tensor& x, std::vector<float>& local) {
   if (static_cast<int64_t>(dst.size()) < count) dst.resize(count);
   const at::Half* src = x.const_data_ptr<at::Half>();
   float* d = dst.data();
-  at::parallel_for(0, count, kChunk, [&](int64_t i0, int64_t i1) { halves_to_floats(src + i0, d + i0, i1 - i0); });
+  // Grains of 8,192 items: a row of 32,000 converts on both threads (the copy is the same
+  // whatever the split).
+  at::parallel_for(0, count, kConversionGrain, [&](int64_t i0, int64_t i1) { halves_to_floats(src + i0, d + i0, i1 - i0); });
   return d;
 }
 
