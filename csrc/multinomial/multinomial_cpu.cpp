@@ -8,7 +8,9 @@
 // | ------------- | --------------------------------- | ------------- | ----------------------------------------- |
 // | yes, or k = 1 | 16 k < n                          | inverse CDF,  | a sum pass, then k sorted points found by |
 // |               |                                   | sorted points | one partial scan (a few long rows: chunk  |
-// |               |                                   |               | tasks); no table, no n-sized scratch      |
+// |               |                                   |               | tasks, each block's units kept, only the  |
+// |               |                                   |               | blocks with a point rescanned); no table, |
+// |               |                                   |               | no n-sized scratch                        |
 // | yes, or k = 1 | 16 k >= n, and k < 65,536 or      | inverse CDF,  | the row's integer prefix sums once, a     |
 // |               | k <= 4 n                          | prefix sums   | branch-free search per draw: no sort      |
 // | yes           | k >= 65,536 and k > 4 n           | alias tables  | O(1) per draw once built                  |
