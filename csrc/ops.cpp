@@ -65,8 +65,8 @@ TORCH_LIBRARY(wrs, m) {
   // the log-gammas, then one normalising kernel that flags invalid rows).
   m.def("dirichlet_rows(Tensor concentration, *, bool validate=True, Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
-  // Beta(a, b) without a gradient: what beta runs when none is needed (the CPU draws and
-  // writes each pair in one loop; CUDA takes dirichlet_rows of the stacked pairs).
+  // Beta(a, b) without a gradient: what beta runs when none is needed (a loop on the
+  // CPU, one kernel on CUDA, draws each pair and writes its Beta variate).
   m.def("beta_pairs(Tensor a, Tensor b, *, bool validate=True, Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
 }

@@ -139,20 +139,37 @@ def test_beta_validation_passes_zero_against_positive_and_catches_inf_first(devi
 
 
 def test_beta_is_the_first_entry_of_a_dirichlet_row(device):
-    """Same seed, same draws: beta(a, b) is dirichlet([a, b])[..., 0] (on CUDA the same
-    kernels; on the CPU the sigmoid of the log-gammas' difference, which rounds
-    differently), with or without a gradient."""
+    """Same seed, same draws: beta(a, b) is dirichlet([a, b])[..., 0] up to rounding
+    (beta_pairs writes the sigmoid of the log-gammas' difference, dirichlet normalises
+    the row), with or without a gradient."""
     a = torch.rand(3, 500, device=device, dtype=torch.float64) + 1e-3
     b = torch.rand(500, device=device, dtype=torch.float64) * 4
     gen = torch.Generator(device=device)
     x = torch_wrs.beta(a, b, generator=gen.manual_seed(3))
     row = torch_wrs.dirichlet(torch.stack(torch.broadcast_tensors(a, b), -1), generator=gen.manual_seed(3))
-    if device == "cuda":
-        assert torch.equal(x, row[..., 0])
-    else:
-        torch.testing.assert_close(x, row[..., 0], rtol=_normalised_rtol(torch.float64, 2), atol=0)
+    torch.testing.assert_close(x, row[..., 0], rtol=_normalised_rtol(torch.float64, 2), atol=0)
     with_grad = torch_wrs.beta(a.clone().requires_grad_(), b, generator=gen.manual_seed(3))
     torch.testing.assert_close(with_grad.detach(), x, rtol=_normalised_rtol(torch.float64, 2), atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_beta_is_the_sigmoid_of_the_stacked_pairs_log_gammas(device, dtype):
+    """beta_pairs draws pair i = (a_i, b_i) from the Philox subsequence of standard_gamma's
+    pair i of the stacked [..., 2] tensor: a seed gives sigmoid(log G_a - log G_b) of
+    exactly those log-gammas, in float (double for float64), then rounded to the dtype."""
+    a = (torch.rand(3, 500, device=device, dtype=torch.float64) + 1e-3).to(dtype)
+    b = (torch.rand(500, device=device, dtype=torch.float64) * 4 + 1e-3).to(dtype)
+    gen = torch.Generator(device=device)
+    x = torch_wrs.beta(a, b, generator=gen.manual_seed(3))
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    log_g = torch_wrs.standard_gamma(torch.stack(torch.broadcast_tensors(a, b), -1).to(acc), log=True,
+                                     generator=gen.manual_seed(3))
+    expected = torch.sigmoid(log_g[..., 0] - log_g[..., 1])
+    assert x.dtype == dtype and x.shape == (3, 500)
+    # A few ulps of the arithmetic (two ways to the sigmoid), then the dtype's rounding;
+    # atol covers values that underflow into the subnormals (concentrations near 1e-3).
+    acc_info, info = torch.finfo(acc), torch.finfo(dtype)
+    torch.testing.assert_close(x.to(acc), expected, rtol=8 * acc_info.eps + info.eps, atol=4 * acc_info.tiny)
 
 
 def test_distributions_are_drop_in(device):

@@ -247,11 +247,12 @@ at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::option
 // |          |        |                                      | 6.2 -> 1.9 us, torch 6.0; at 2^20   |
 // |          |        |                                      | pairs the draws are the cost, 54-56 |
 // |          |        |                                      | ms either way, torch 128)           |
-// | no       | CUDA   | beta_pairs: dirichlet_rows of the    | validation is the normalising       |
-// |          |        | stacked pairs                        | kernel's status word: one read      |
-// |          |        |                                      | back, none under graph capture      |
-// |          |        |                                      | (2^20 float32, H100: 0.086 against  |
-// |          |        |                                      | 0.392 ms with a check pass)         |
+// | no       | CUDA   | beta_pairs: one kernel draws each    | no stacked copy, log-gamma tensor   |
+// |          |        | pair in log space and writes its     | or normalising kernel; validation   |
+// |          |        | sigmoid, flagging invalid pairs in   | is one read back, none under graph  |
+// |          |        | the status word                      | capture (dirichlet_rows of the      |
+// |          |        |                                      | stacked pairs lost to torch at 2^20 |
+// |          |        |                                      | pairs: 0.94x float32, H200)         |
 // | yes      | CPU    | the log-gammas through               | softmax over rows of two costs more |
 // |          |        | standard_gamma's autograd, the       | (2^20 float32, 2 threads: 59        |
 // |          |        | check, then the sigmoid              | against 44 ms)                      |
@@ -259,8 +260,8 @@ at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::option
 // |          |        | for two entries the sigmoid)         |                                     |
 //
 // All take standard_gamma's pairs of the stacked (a, b), so a seed gives the same
-// log-gammas on every path. On CUDA an invalid pair raises in dirichlet's words; the
-// detailed check then re-runs under beta's, for its message.
+// log-gammas on every path. With a gradient on CUDA an invalid pair raises in
+// dirichlet's words; the detailed check then re-runs under beta's, for its message.
 at::Tensor beta(const at::Tensor& a, const at::Tensor& b, bool validate, std::optional<at::Generator> generator) {
   constexpr const char* kOp = "beta";
   check_floating(a, kOp, "a");

@@ -25,7 +25,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <limits>
 #include <optional>
+#include <vector>
 
 namespace wrs::gamma {
 
@@ -137,6 +139,24 @@ __device__ void run_warp_pairs(int count, int64_t first_subsequence, const Philo
   }
 }
 
+// A warp's share of a call's pairs, [first, first + count): each warp of the grid (about
+// one wave of resident blocks, launch_over_pairs) takes a contiguous stretch.
+struct WarpPairs {
+  int64_t first;
+  int64_t per_warp;
+  int count;
+  // False when this warp has no pairs (the whole warp).
+  __device__ bool take(int64_t pairs) {
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
+    const int64_t warp = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp;
+    per_warp = (pairs + warps - 1) / warps;
+    first = warp * per_warp;
+    if (first >= pairs) return false;
+    count = static_cast<int>(pairs - first < per_warp ? pairs - first : per_warp);
+    return true;
+  }
+};
+
 // VALIDATE: flag invalid alphas. Only pairs with a constant element can hold one, so
 // the check runs on that rare branch, not on every load (a flags register OR-ed per load
 // cost the loop 4-7%); validate=False compiles it out.
@@ -145,18 +165,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
     standard_gamma_kernel(const scalar_t* __restrict__ alpha, scalar_t* __restrict__ out, int64_t n,
                           bool log_output, at::PhiloxCudaState philox, uint32_t* status) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t pairs = (n + 1) / 2;
-  // This warp's pairs: first + [0, count).
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp;
-  const int64_t per_warp = (pairs + warps - 1) / warps;
-  const int64_t first = warp * per_warp;
-  if (first >= pairs) return;  // the whole warp
-  const int count = static_cast<int>(pairs - first < per_warp ? pairs - first : per_warp);
+  WarpPairs w;
+  if (!w.take((n + 1) / 2)) return;
   // The warp's elements, indexed in 32 bits (fewer than 2^31: the launch checks per_warp).
-  const scalar_t* warp_alpha = alpha + 2 * first;
-  scalar_t* warp_out = out + 2 * first;
-  const int elements = static_cast<int>(n - 2 * first < 2 * per_warp ? n - 2 * first : 2 * per_warp);
+  const scalar_t* warp_alpha = alpha + 2 * w.first;
+  scalar_t* warp_out = out + 2 * w.first;
+  const int elements = static_cast<int>(n - 2 * w.first < 2 * w.per_warp ? n - 2 * w.first : 2 * w.per_warp);
   auto load = [&](int p, acc_t& a0, acc_t& a1) {
     const int e = 2 * p;
     a0 = static_cast<acc_t>(warp_alpha[e]);
@@ -174,7 +188,42 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<scalar_t>)
     warp_out[e] = static_cast<scalar_t>(x0);
     if (e + 1 < elements) warp_out[e + 1] = static_cast<scalar_t>(x1);
   };
-  run_warp_pairs<acc_t, Gen>(count, first, philox_seed(philox), log_output, load, on_constant, finish);
+  run_warp_pairs<acc_t, Gen>(w.count, w.first, philox_seed(philox), log_output, load, on_constant, finish);
+}
+
+// Beta(a_i, b_i) = sigmoid(log G_a - log G_b), pair i of the call being (a_i, b_i): the
+// pair standard_gamma draws for row i of the stacked [..., 2] tensor, from the same Philox
+// subsequence, so a seed gives the same log-gammas as dirichlet of the stacked pairs. The
+// sigmoid is written when the pair finishes: one kernel, where dirichlet_rows took a
+// stacked copy, the log-gammas' write and read, and a normalising kernel. With VALIDATE
+// it flags every invalid pair on the constant branch: alpha_flags (negative, NaN), and
+// inf or two zeros as kRowNotFinite (their sigmoid is NaN; a zero against a positive
+// entry is valid, 0 or 1).
+template <typename acc_t, typename Gen, bool VALIDATE>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<acc_t>)
+    beta_pairs_kernel(const acc_t* __restrict__ a, const acc_t* __restrict__ b, acc_t* __restrict__ out, int64_t n,
+                      at::PhiloxCudaState philox, uint32_t* status) {
+  WarpPairs w;
+  if (!w.take(n)) return;
+  const acc_t* warp_a = a + w.first;
+  const acc_t* warp_b = b + w.first;
+  acc_t* warp_out = out + w.first;
+  auto load = [&](int p, acc_t& x, acc_t& y) {
+    x = warp_a[p];
+    y = warp_b[p];
+  };
+  auto on_constant = [&](acc_t x, acc_t y) {
+    if (VALIDATE) {
+      constexpr acc_t kInf = std::numeric_limits<acc_t>::infinity();
+      const bool inf_or_zeros = x == kInf || y == kInf || (x == 0 && y == 0);
+      const uint32_t flags = alpha_flags(x) | alpha_flags(y) | (inf_or_zeros ? kRowNotFinite : 0u);
+      if (flags) atomicOr(status, flags);
+    }
+  };
+  auto finish = [&](int p, acc_t log_x, acc_t log_y) {
+    warp_out[p] = 1 / (1 + ::exp(log_y - log_x));
+  };
+  run_warp_pairs<acc_t, Gen>(w.count, w.first, philox_seed(philox), /*log_output=*/true, load, on_constant, finish);
 }
 
 // Dirichlet rows from their log-gammas (standard_gamma's log output): row r becomes
@@ -349,33 +398,37 @@ __global__ void __launch_bounds__(kThreads) normalise_chunks_kernel(const acc_t*
   tile.store(out + row * k + chunk * kBlockTile, threadIdx.x, row_sum.sum);
 }
 
-// One launch of a standard_gamma kernel: about one wave of resident blocks, each warp
-// taking a contiguous stretch of pairs (the occupancy is the kernel's own, asked once).
-template <typename scalar_t, auto kernel>
-void launch_gamma_kernel(const at::Tensor& alpha, at::Tensor& out, bool log, const at::PhiloxCudaState& philox,
-                         uint32_t* status) {
+// One launch of a kernel over `pairs` pairs (run_warp_pairs): about one wave of resident
+// blocks, each warp taking a contiguous stretch (WarpPairs; the occupancy is the
+// kernel's own, asked once).
+template <auto kernel, typename... Args>
+void launch_over_pairs(int64_t pairs, const char* op, Args... args) {
   static const int blocks_per_sm = [&] {
     int b = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0));
     return std::max(b, 1);
   }();
-  const int64_t n = alpha.numel();
   const int64_t resident = static_cast<int64_t>(blocks_per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int blocks = static_cast<int>(std::min(ceil_div((n + 1) / 2, kThreads), resident));
-  TORCH_CHECK(ceil_div((n + 1) / 2, int64_t{blocks} * (kThreads / kWarp)) < (int64_t{1} << 30),
-              "standard_gamma: too many elements for one call (", n, ")");
-  kernel<<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      alpha.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n, log, philox, status);
+  const int blocks = static_cast<int>(std::min(ceil_div(pairs, kThreads), resident));
+  // A warp's indices are 32-bit (run_warp_pairs; standard_gamma's elements are twice its pairs).
+  TORCH_CHECK(ceil_div(pairs, int64_t{blocks} * (kThreads / kWarp)) < (int64_t{1} << 30), op,
+              ": too many elements for one call (", pairs, " pairs)");
+  kernel<<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(args...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t, typename Gen>
 void launch_standard_gamma(const at::Tensor& alpha, at::Tensor& out, bool log, const at::PhiloxCudaState& philox,
                            uint32_t* status) {
+  const int64_t n = alpha.numel();
+  const scalar_t* in = alpha.const_data_ptr<scalar_t>();
+  scalar_t* o = out.mutable_data_ptr<scalar_t>();
   if (status != nullptr) {
-    launch_gamma_kernel<scalar_t, standard_gamma_kernel<scalar_t, Gen, true>>(alpha, out, log, philox, status);
+    launch_over_pairs<standard_gamma_kernel<scalar_t, Gen, true>>((n + 1) / 2, "standard_gamma", in, o, n, log, philox,
+                                                                  status);
   } else {
-    launch_gamma_kernel<scalar_t, standard_gamma_kernel<scalar_t, Gen, false>>(alpha, out, log, philox, status);
+    launch_over_pairs<standard_gamma_kernel<scalar_t, Gen, false>>((n + 1) / 2, "standard_gamma", in, o, n, log,
+                                                                   philox, status);
   }
 }
 
@@ -482,12 +535,55 @@ at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, s
   return out;
 }
 
-// Beta without a gradient: dirichlet_rows of the stacked pairs (gamma.cpp says why).
+// Beta without a gradient: beta_pairs_kernel over (a, b) broadcast, in float (double
+// where either is). An invalid pair sets the status word; the detailed check then names
+// the cause in beta's words, as the CPU's beta_pairs does.
 at::Tensor beta_pairs_cuda(const at::Tensor& a, const at::Tensor& b, bool validate,
                            std::optional<at::Generator> generator) {
-  check_floating(a, "beta", "a");
-  check_floating(b, "beta", "b");
-  return beta_from_dirichlet_rows(a, b, validate, std::move(generator), &dirichlet_rows_cuda);
+  constexpr const char* kOp = "beta";
+  const Method m = check_standard_gamma(a, "auto", kOp, "a");
+  check_floating(b, kOp, "b");
+  const c10::cuda::CUDAGuard guard(a.device());
+  const at::ScalarType out_dtype = at::promote_types(a.scalar_type(), b.scalar_type());
+  const at::ScalarType acc = out_dtype == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor a_acc = a.to(acc), b_acc = b.to(acc);
+  if (!a_acc.sizes().equals(b_acc.sizes())) {
+    const std::vector<at::Tensor> ab = at::broadcast_tensors({a_acc, b_acc});
+    a_acc = ab[0];
+    b_acc = ab[1];
+  }
+  a_acc = a_acc.contiguous();
+  b_acc = b_acc.contiguous();
+  // Written in float or double, then converted (half and bfloat16 are rare here; one
+  // kernel per accumulation type keeps the instantiations to two per method).
+  at::Tensor out = at::empty(a_acc.sizes(), a_acc.options());
+  const int64_t n = out.numel();
+  if (n == 0) return out.to(out_dtype);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  std::optional<StatusWord> status;
+  if (validate) status.emplace(a_acc.options(), stream);
+  const bool read_back = validate && !status->capturing();
+  uint32_t* status_ptr = validate ? status->bits() : nullptr;
+  // As many Philox draws per pair as standard_gamma's: the same offsets for a seed.
+  const at::PhiloxCudaState philox = cuda_philox_state(generator, a.device().index(), kDrawsPerSubsequence);
+  AT_DISPATCH_FLOATING_TYPES(acc, "beta_pairs_cuda", [&] {
+    const scalar_t* pa = a_acc.const_data_ptr<scalar_t>();
+    const scalar_t* pb = b_acc.const_data_ptr<scalar_t>();
+    scalar_t* po = out.mutable_data_ptr<scalar_t>();
+    dispatch_method<scalar_t>(m, [&](auto gen) {
+      using Gen = decltype(gen);
+      if (validate) {
+        launch_over_pairs<beta_pairs_kernel<scalar_t, Gen, true>>(n, kOp, pa, pb, po, n, philox, status_ptr);
+      } else {
+        launch_over_pairs<beta_pairs_kernel<scalar_t, Gen, false>>(n, kOp, pa, pb, po, n, philox, status_ptr);
+      }
+    });
+  });
+  if (read_back && status->read() != 0) {
+    check_values(at::stack({a_acc, b_acc}, -1), kOp, "(a, b)", /*normalised=*/true);
+    TORCH_CHECK(false, kOp, ": (a, b) has an invalid pair");  // not reached: the check names the cause
+  }
+  return out.to(out_dtype);
 }
 
 }  // namespace
