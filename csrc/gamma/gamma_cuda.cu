@@ -60,15 +60,16 @@ struct SubsequenceBits {
   }
 };
 
-// Resident blocks per SM asked of the compiler (a register budget: 64 for float64, 48
-// for float): the loop is long chains of dependent operations, and with fewer warps the
-// schedulers ran out of eligible ones (float64 at 72 registers, 3 blocks: a third of the
-// time; Nsight Compute, H100). Float at 6 blocks (40 registers) spilled inside the loop,
-// and the spill's store was the kernel's most stalled instruction; at 5 it takes 46 and
+// Resident blocks per SM asked of the compiler (a register budget: 80 for float64, 48
+// for float): the loop is long chains of dependent operations, so warps matter, but not
+// at the price of spills. Float at 6 blocks (40 registers) spilled inside the loop, and
+// the spill's store was the kernel's most stalled instruction; at 5 it takes 46 and
 // spills nothing (float32 alpha 2, 2^26: 166 against 143 G/s at 6, 151 at 4; H100).
-// Marsaglia-Tsang in float64 spills 32 bytes at 64 registers, about as fast as 3 blocks.
+// Float64 at 4 blocks (64 registers, Marsaglia-Tsang spilling 32 bytes) was 2-5% slower
+// than at 3, and at 5 up to 30% (H100, 2^26, against torch in one process: alpha 2
+// 1.53x at 4, 1.60x at 3, 1.08x at 5; alpha 0.5 1.38x, 1.40x, 1.28x).
 template <typename scalar_t>
-constexpr int kMinBlocksPerSm = std::is_same_v<at::opmath_type<scalar_t>, double> ? 4 : 5;
+constexpr int kMinBlocksPerSm = std::is_same_v<at::opmath_type<scalar_t>, double> ? 3 : 5;
 
 constexpr unsigned kAllLanes = 0xffffffffu;
 
