@@ -181,6 +181,33 @@ def test_element_depends_only_on_its_index(device):
         assert torch.equal(full[:size], part), size
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("log", [False, True])
+def test_pair_depends_only_on_its_alphas_when_alpha_repeats(device, dtype, log):
+    """A pair whose alphas equal its predecessor's keeps that set-up (Pair::start): a pair's
+    values must still depend only on its own alphas and index. Constant alphas (every set-up
+    kept) against the same alphas with other pairs changed around them (set-ups redone), with
+    boosted (0.4), direct (3) and constant (0, inf) alphas next to each other, and -0 as +0."""
+    n = 40_000
+    g = torch.Generator(device=device)
+    for alpha in (0.4, 3.0):
+        same = torch.full((n,), alpha, device=device, dtype=dtype)
+        mixed = same.clone()
+        changed = torch.zeros(n, dtype=torch.bool, device=device)
+        for start, step, value in ((0, 29, 1.7), (2, 31, 0.0), (4, 37, float("inf")), (5, 41, 0.9), (6, 43, -0.0)):
+            changed[start::step] = True
+            mixed[start::step] = value
+        pair_changed = changed.view(-1, 2).any(-1).repeat_interleave(2)
+        x = torch_wrs.standard_gamma(same, log=log, validate=False, generator=g.manual_seed(8))
+        y = torch_wrs.standard_gamma(mixed, log=log, validate=False, generator=g.manual_seed(8))
+        assert 0.1 < pair_changed.float().mean() < 0.4  # most pairs unchanged, many after a change
+        assert torch.equal(x[~pair_changed], y[~pair_changed])
+        zero = (mixed == 0)
+        assert (y[zero] == (float("-inf") if log else 0.0)).all()
+        if not log:
+            assert not torch.signbit(y[zero]).any()  # Gamma(-0) is +0, also after a +0 set-up
+
+
 @requires_cuda
 def test_cpu_and_cuda_agree_in_law():
     # The two run the same generator code from differently seeded streams.

@@ -37,11 +37,11 @@ uint32_t run_pairs(int64_t pairs, bool log_output, const PhiloxStreams& streams,
   std::atomic<uint32_t> flags{0};
   at::parallel_for(0, pairs, kPairsPerTask, [&](int64_t begin, int64_t end) {
     uint32_t seen = 0;
+    Pair<acc_t, Gen> pair;  // one per task: its elements keep their set-up while alpha repeats
     for (int64_t j = begin; j < end; ++j) {
       acc_t a0, a1;
       const bool has_second = load(j, a0, a1);
       seen |= alpha_flags(a0) | (has_second ? alpha_flags(a1) : 0u);
-      Pair<acc_t, Gen> pair;
       pair.start(a0, has_second ? a1 : acc_t(0), has_second);
       at::philox_engine bits = streams(static_cast<uint64_t>(j));
       CandidateWords<acc_t> words;
