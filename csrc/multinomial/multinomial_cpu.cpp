@@ -518,11 +518,18 @@ struct Keyed {
 
 inline bool higher(const Keyed& a, const Keyed& b) { return a.key > b.key || (a.key == b.key && a.index < b.index); }
 
-// Keeps the k highest of `c` (in place), unordered.
-inline void keep_top(std::vector<Keyed>& c, int64_t k) {
-  if (static_cast<int64_t>(c.size()) <= k) return;
-  std::nth_element(c.begin(), c.begin() + (k - 1), c.end(), higher);
-  c.resize(k);
+// `higher` as a type, for the standard algorithms: passed as a function pointer it was
+// called, not inlined, at every comparison (the selection and sorts were a third of a
+// call from many short rows: 65,536 x 18, k = 8, one thread).
+struct Higher {
+  bool operator()(const Keyed& a, const Keyed& b) const { return higher(a, b); }
+};
+
+// Keeps the k highest of c[0, size) in c[0, k) (unordered); returns how many are kept.
+inline int64_t keep_top(Keyed* c, int64_t size, int64_t k) {
+  if (size <= k) return size;
+  std::nth_element(c, c + (k - 1), c + size, Higher{});
+  return k;
 }
 
 // Item i of a row takes half i % 2 of Philox block row * pairs + i / 2 (chunks start at
@@ -548,12 +555,14 @@ inline bool ruled_out(const ProbWeights&, double v, uint32_t lo, uint32_t hi, do
 inline bool ruled_out(const LogitWeights&, double, uint32_t, uint32_t, double) { return false; }
 
 // The top k race keys of items [first, first + count) of a row, unordered, in `c`
-// (cleared first), their Philox blocks next in `blocks`; returns how many of those items
-// are nonzero.
+// (replaced), their Philox blocks next in `blocks`; returns how many of those items are
+// nonzero. Candidates go to slots by index: push_back was a call per item, not inlined.
 template <typename scalar_t, typename Weights>
 int64_t chunk_top(const scalar_t* p, int64_t first, int64_t count, int64_t k, const Weights& wts,
                   PhiloxBlocks& blocks, std::vector<Keyed>& c) {
-  c.clear();
+  c.resize(std::min(2 * k, count));
+  Keyed* slot = c.data();
+  int64_t size = 0;
   double kth = Weights::kNone;  // keys at or below it cannot enter the top k
   int64_t nz = 0;
   for (int64_t i = first, end = first + count; i < end; i += 2) {
@@ -564,14 +573,14 @@ int64_t chunk_top(const scalar_t* p, int64_t first, int64_t count, int64_t k, co
       if (ruled_out(wts, v, bits[2 * h], bits[2 * h + 1], kth)) continue;
       const double key = wts.key(v, exponential(bits[2 * h], bits[2 * h + 1]));
       if (key <= kth) continue;
-      c.push_back(Keyed{key, i + h});
-      if (static_cast<int64_t>(c.size()) == 2 * k) {  // amortised: halve back to k
-        keep_top(c, k);
-        kth = c[k - 1].key;  // nth_element left the k-th highest there
+      slot[size++] = Keyed{key, i + h};
+      if (size == 2 * k) {  // amortised: halve back to k
+        size = keep_top(slot, size, k);
+        kth = slot[k - 1].key;  // nth_element left the k-th highest there
       }
     }
   }
-  keep_top(c, k);
+  c.resize(keep_top(slot, size, k));
   return nz;
 }
 
@@ -582,10 +591,9 @@ inline void merge_best(const std::vector<Keyed>& a, const std::vector<Keyed>& b,
   for (Keyed& o : out) o = j == b.size() || (i < a.size() && higher(a[i], b[j])) ? a[i++] : b[j++];
 }
 
-// Writes a row's k draws from candidates holding its top k: in decreasing key order.
+// Writes a row's k draws from its top k candidates (chunk_top's), in decreasing key order.
 inline void write_top(std::vector<Keyed>& c, int64_t k, int64_t* out) {
-  keep_top(c, k);
-  std::sort(c.begin(), c.end(), higher);
+  std::sort(c.begin(), c.end(), Higher{});
   for (int64_t s = 0; s < k; ++s) out[s] = c[s].index;
 }
 
@@ -619,7 +627,7 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
         top[t].reserve(std::min<int64_t>(2 * r.k, ch.count(t)));
         PhiloxBlocks blocks = key_blocks(seed, ch.row(t), ch.row(t) + 1, pairs, ch.first(t), ch.count(t));
         nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), r.k, wts, blocks, top[t]);
-        std::sort(top[t].begin(), top[t].end(), higher);
+        std::sort(top[t].begin(), top[t].end(), Higher{});
       }
     });
     for (int64_t width = 1; width < ch.per_row; width *= 2) {
