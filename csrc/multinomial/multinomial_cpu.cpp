@@ -413,6 +413,10 @@ void draw_row_prefix(const scalar_t* x, int64_t n, int64_t k, const Quantizer<We
   }
 }
 
+// Up to this many points in all, draw_chunked's last step (a block of kUnitBlock items
+// rescanned per point) runs on the calling thread.
+constexpr int64_t kInlineScanPoints = 16;
+
 // A few long rows: chunk tasks. Each chunk's units, kept by blocks of kUnitBlock items,
 // then each row's points on its exact total, sorted, then each chunk scans only the
 // blocks that hold a point (a block's units are the same integers either way).
@@ -449,7 +453,7 @@ void draw_chunked(const Request& r, const Chunks& ch, const scalar_t* x, const s
     }
     sort_points(pts, r.k);
   }
-  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+  const auto scan_chunks = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t row = ch.row(t);
       const Point* pts = points.data() + row * r.k;
@@ -469,7 +473,10 @@ void draw_chunked(const Request& r, const Chunks& ch, const scalar_t* x, const s
                     through, pts, last, found, out + row * r.k);
       }
     }
-  });
+  };
+  // A few points rescan a block each: less work than waking the other threads.
+  if (r.rows * r.k <= kInlineScanPoints) return scan_chunks(0, ch.tasks());
+  at::parallel_for(0, ch.tasks(), ch.grain(), scan_chunks);
 }
 
 // Rows fewer than this, each longer than a chunk, are cut into chunk tasks.
