@@ -219,6 +219,25 @@ at::Tensor beta_from_dirichlet_rows(const at::Tensor& a, const at::Tensor& b, bo
   return out.select(-1, 0).to(at::promote_types(a.scalar_type(), b.scalar_type())).contiguous();
 }
 
+BetaPairs beta_pairs_operands(const at::Tensor& a, const at::Tensor& b) {
+  const Method method = check_standard_gamma(a, "auto", "beta", "a");
+  check_floating(b, "beta", "b");
+  const at::ScalarType out_dtype = at::promote_types(a.scalar_type(), b.scalar_type());
+  const at::ScalarType acc = out_dtype == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor a_acc = a.to(acc), b_acc = b.to(acc);
+  if (!a_acc.sizes().equals(b_acc.sizes())) {
+    const std::vector<at::Tensor> ab = at::broadcast_tensors({a_acc, b_acc});
+    a_acc = ab[0];
+    b_acc = ab[1];
+  }
+  return {method, a_acc.contiguous(), b_acc.contiguous(), out_dtype};
+}
+
+void raise_invalid_pair(const BetaPairs& pairs) {
+  check_values(at::stack({pairs.a, pairs.b}, -1), "beta", "(a, b)", /*normalised=*/true);
+  TORCH_CHECK(false, "beta: (a, b) has an invalid pair");  // not reached: the check names the cause
+}
+
 namespace {
 
 // dirichlet: with a gradient to carry, the composite (its backward needs the log-gammas);

@@ -162,28 +162,16 @@ at::Tensor dirichlet_rows_cpu(const at::Tensor& concentration, bool validate, st
 // of zeros, which with alpha_flags are every invalid pair.
 at::Tensor beta_pairs_cpu(const at::Tensor& a, const at::Tensor& b, bool validate,
                           std::optional<at::Generator> generator) {
-  constexpr const char* kOp = "beta";
-  const Method m = check_standard_gamma(a, "auto", kOp, "a");
-  check_floating(b, kOp, "b");
-  const at::ScalarType out_dtype = at::promote_types(a.scalar_type(), b.scalar_type());
-  const at::ScalarType acc = out_dtype == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor a_acc = a.to(acc), b_acc = b.to(acc);
-  if (!a_acc.sizes().equals(b_acc.sizes())) {
-    const std::vector<at::Tensor> ab = at::broadcast_tensors({a_acc, b_acc});
-    a_acc = ab[0];
-    b_acc = ab[1];
-  }
-  a_acc = a_acc.contiguous();
-  b_acc = b_acc.contiguous();
-  at::Tensor out = at::empty(a_acc.sizes(), a_acc.options());
+  const BetaPairs pairs = beta_pairs_operands(a, b);
+  at::Tensor out = at::empty(pairs.a.sizes(), pairs.a.options());
   const int64_t n = out.numel();
-  if (n == 0) return out.to(out_dtype);
+  if (n == 0) return out.to(pairs.out_dtype);
   const PhiloxStreams streams{cpu_philox_seed(generator)};
   std::atomic<bool> inf_or_zeros{false};
   uint32_t flags = 0;
-  AT_DISPATCH_FLOATING_TYPES(acc, "beta_pairs_cpu", [&] {
-    const scalar_t* pa = a_acc.const_data_ptr<scalar_t>();
-    const scalar_t* pb = b_acc.const_data_ptr<scalar_t>();
+  AT_DISPATCH_FLOATING_TYPES(pairs.a.scalar_type(), "beta_pairs_cpu", [&] {
+    const scalar_t* pa = pairs.a.const_data_ptr<scalar_t>();
+    const scalar_t* pb = pairs.b.const_data_ptr<scalar_t>();
     scalar_t* po = out.mutable_data_ptr<scalar_t>();
     constexpr scalar_t kInf = std::numeric_limits<scalar_t>::infinity();
     const auto load = [&](int64_t i, scalar_t& x, scalar_t& y) {
@@ -193,15 +181,12 @@ at::Tensor beta_pairs_cpu(const at::Tensor& a, const at::Tensor& b, bool validat
       return true;
     };
     const auto finish = [&](int64_t i, scalar_t log_x, scalar_t log_y) { po[i] = 1 / (1 + std::exp(log_y - log_x)); };
-    dispatch_method<scalar_t>(m, [&](auto gen) {
+    dispatch_method<scalar_t>(pairs.method, [&](auto gen) {
       flags = run_pairs<scalar_t, decltype(gen)>(n, /*log_output=*/true, streams, load, finish);
     });
   });
-  if (validate && (flags != 0 || inf_or_zeros.load())) {
-    check_values(at::stack({a_acc, b_acc}, -1), kOp, "(a, b)", /*normalised=*/true);
-    TORCH_CHECK(false, kOp, ": (a, b) has an invalid pair");  // not reached: the check names the cause
-  }
-  return out.to(out_dtype);
+  if (validate && (flags != 0 || inf_or_zeros.load())) raise_invalid_pair(pairs);
+  return out.to(pairs.out_dtype);
 }
 
 }  // namespace

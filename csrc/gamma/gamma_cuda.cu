@@ -27,7 +27,6 @@
 
 #include <limits>
 #include <optional>
-#include <vector>
 
 namespace wrs::gamma {
 
@@ -541,50 +540,35 @@ at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, s
 // the cause in beta's words, as the CPU's beta_pairs does.
 at::Tensor beta_pairs_cuda(const at::Tensor& a, const at::Tensor& b, bool validate,
                            std::optional<at::Generator> generator) {
-  constexpr const char* kOp = "beta";
-  const Method m = check_standard_gamma(a, "auto", kOp, "a");
-  check_floating(b, kOp, "b");
   const c10::cuda::CUDAGuard guard(a.device());
-  const at::ScalarType out_dtype = at::promote_types(a.scalar_type(), b.scalar_type());
-  const at::ScalarType acc = out_dtype == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor a_acc = a.to(acc), b_acc = b.to(acc);
-  if (!a_acc.sizes().equals(b_acc.sizes())) {
-    const std::vector<at::Tensor> ab = at::broadcast_tensors({a_acc, b_acc});
-    a_acc = ab[0];
-    b_acc = ab[1];
-  }
-  a_acc = a_acc.contiguous();
-  b_acc = b_acc.contiguous();
+  const BetaPairs pairs = beta_pairs_operands(a, b);
   // Written in float or double, then converted (half and bfloat16 are rare here; one
   // kernel per accumulation type keeps the instantiations to two per method).
-  at::Tensor out = at::empty(a_acc.sizes(), a_acc.options());
+  at::Tensor out = at::empty(pairs.a.sizes(), pairs.a.options());
   const int64_t n = out.numel();
-  if (n == 0) return out.to(out_dtype);
+  if (n == 0) return out.to(pairs.out_dtype);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   std::optional<StatusWord> status;
-  if (validate) status.emplace(a_acc.options(), stream);
+  if (validate) status.emplace(pairs.a.options(), stream);
   const bool read_back = validate && !status->capturing();
   uint32_t* status_ptr = validate ? status->bits() : nullptr;
   // As many Philox draws per pair as standard_gamma's: the same offsets for a seed.
   const at::PhiloxCudaState philox = cuda_philox_state(generator, a.device().index(), kDrawsPerSubsequence);
-  AT_DISPATCH_FLOATING_TYPES(acc, "beta_pairs_cuda", [&] {
-    const scalar_t* pa = a_acc.const_data_ptr<scalar_t>();
-    const scalar_t* pb = b_acc.const_data_ptr<scalar_t>();
+  AT_DISPATCH_FLOATING_TYPES(pairs.a.scalar_type(), "beta_pairs_cuda", [&] {
+    const scalar_t* pa = pairs.a.const_data_ptr<scalar_t>();
+    const scalar_t* pb = pairs.b.const_data_ptr<scalar_t>();
     scalar_t* po = out.mutable_data_ptr<scalar_t>();
-    dispatch_method<scalar_t>(m, [&](auto gen) {
+    dispatch_method<scalar_t>(pairs.method, [&](auto gen) {
       using Gen = decltype(gen);
       if (validate) {
-        launch_over_pairs<beta_pairs_kernel<scalar_t, Gen, true>>(n, kOp, pa, pb, po, n, philox, status_ptr);
+        launch_over_pairs<beta_pairs_kernel<scalar_t, Gen, true>>(n, "beta", pa, pb, po, n, philox, status_ptr);
       } else {
-        launch_over_pairs<beta_pairs_kernel<scalar_t, Gen, false>>(n, kOp, pa, pb, po, n, philox, status_ptr);
+        launch_over_pairs<beta_pairs_kernel<scalar_t, Gen, false>>(n, "beta", pa, pb, po, n, philox, status_ptr);
       }
     });
   });
-  if (read_back && status->read() != 0) {
-    check_values(at::stack({a_acc, b_acc}, -1), kOp, "(a, b)", /*normalised=*/true);
-    TORCH_CHECK(false, kOp, ": (a, b) has an invalid pair");  // not reached: the check names the cause
-  }
-  return out.to(out_dtype);
+  if (read_back && status->read() != 0) raise_invalid_pair(pairs);
+  return out.to(pairs.out_dtype);
 }
 
 }  // namespace

@@ -41,6 +41,19 @@ at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, s
 // the Dirichlet rows whose first entries are Beta(a, b), and standard_gamma's pairs.
 at::Tensor stack_pairs(const at::Tensor& a, const at::Tensor& b);
 
+// beta_pairs' operands, for its CPU loop and CUDA kernel alike: (a, b) checked,
+// broadcast and contiguous in float (double where either is), the generator "auto" names,
+// and the dtype of the result.
+struct BetaPairs {
+  Method method;
+  at::Tensor a, b;
+  at::ScalarType out_dtype;
+};
+BetaPairs beta_pairs_operands(const at::Tensor& a, const at::Tensor& b);
+
+// Raises beta's error for the invalid pair that a beta_pairs kernel flagged.
+[[noreturn]] void raise_invalid_pair(const BetaPairs& pairs);
+
 // Beta(a, b) as the first entries of Dirichlet rows drawn by `rows` (dirichlet_rows'
 // CUDA kernel, or the composite): an invalid pair raises there in dirichlet's words and
 // is checked again here, for beta's.
