@@ -632,7 +632,6 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
     // (no allocation per row, no merge step).
     at::parallel_for(0, r.rows, std::max<int64_t>(1, kRaceTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
       std::vector<Keyed> c;
-      c.reserve(std::min<int64_t>(2 * r.k, r.n));
       PhiloxBlocks blocks = key_blocks(seed, b0, b1, pairs, 0, r.n);
       for (int64_t row = b0; row < b1; ++row) {
         nonzero[row] = chunk_top(x + row * r.n, 0, r.n, r.k, wts, blocks, c);
@@ -647,7 +646,6 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
     std::vector<std::vector<Keyed>> top(ch.tasks());
     at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        top[t].reserve(std::min<int64_t>(2 * r.k, ch.count(t)));
         PhiloxBlocks blocks = key_blocks(seed, ch.row(t), ch.row(t) + 1, pairs, ch.first(t), ch.count(t));
         nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), r.k, wts, blocks, top[t]);
         std::sort(top[t].begin(), top[t].end(), Higher{});
