@@ -333,6 +333,53 @@ def test_gpu_inverse_cdf_law_1e8(rows, n, k, calls):
 
 
 @requires_cuda
+@pytest.mark.parametrize("n", [(1 << 22) + 5, 5_000_000, 1 << 24])
+def test_gpu_one_draw_over_chunks_is_the_chunk_blocks_draw(n):
+    """One draw a row from rows cut into chunks takes a block per row that finds the chunk
+    first; two draws take a block per chunk. Row 0's first draw comes from the same Philox
+    subsequence either way, so the items must be equal: over 200 seeds, with stretches of
+    zero weights that leave whole chunks without units, and never a zero weight. A zero
+    row and a NaN still raise torch's errors."""
+    g = torch.Generator().manual_seed(n)
+    w = torch.rand(n, generator=g) ** 3
+    w[::5] = 0
+    w[5000:400_000] = 0
+    w[-300_000:] = 0
+    x = w.cuda().unsqueeze(0)
+    for seed in range(200):
+        one = torch_wrs.multinomial(x, 1, True, generator=torch.Generator("cuda").manual_seed(seed))
+        two = torch_wrs.multinomial(x, 2, True, generator=torch.Generator("cuda").manual_seed(seed))
+        assert one.shape == (1, 1) and one[0, 0] == two[0, 0], seed
+        assert x[0, one[0, 0]] > 0
+    rows = torch.cat([x, torch.zeros_like(x)])
+    with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
+        torch_wrs.multinomial(rows, 1, True)
+    rows[1] = x[0]
+    rows[1, n // 2] = float("nan")
+    with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
+        torch_wrs.multinomial(rows, 1, True)
+
+
+@requires_cuda
+def test_gpu_one_draw_over_chunks_law_1e8():
+    """One draw a row, rows cut into chunks (2,000 x 2,100: two chunks a row, the block per
+    row): 1e8 draws pooled over identical rows against the weights."""
+    rows, n = 2000, 2100
+    g = torch.Generator().manual_seed(72)
+    w = torch.rand(n, generator=g, dtype=torch.float64) ** 4
+    w[::5] = 0
+    w[1500:1600] = 0
+    w[2060:] = 0  # the second chunk (items 2,048 on) keeps 12 items
+    x = w.float().cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(73)
+    counts = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for _ in range(50_000):
+        counts += torch.bincount(torch_wrs.multinomial(x, 1, True, generator=gen).reshape(-1), minlength=n)
+    assert counts.sum() == 1e8
+    assert g_test_pvalue(counts, w.float().double()) > P_MIN
+
+
+@requires_cuda
 @pytest.mark.parametrize("rows,n,k,calls,logits", [(16, 1_000_003, 50_000, 125, False), (4096, 4000, 200, 123, False),
                                                     (2200, 5000, 300, 152, True), (1, 32_000, 1 << 20, 96, False),
                                                     (128, 20_000, 1 << 15, 24, False), (64, 5000, 1 << 14, 96, True)])
