@@ -623,52 +623,68 @@ inline void write_top(std::vector<Keyed>& c, int64_t k, int64_t* out) {
 template <typename scalar_t, typename Weights>
 void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const PhiloxSeed& seed, int64_t* out) {
   const Chunks ch(r.rows, r.n, r.rows < kRaceChunkedRows ? kRaceChunk : kChunk);
-  const std::vector<Summary> summary = row_summaries(x, ch, wts);
-  raise_rows(r, summary);
   const int64_t pairs = (r.n + 1) / 2;
-  std::vector<int64_t> nonzero(ch.tasks());
   if (ch.per_row == 1) {
-    // Rows within one chunk: each row's keys and draws in one go, one buffer per task
-    // (no allocation per row, no merge step).
+    // Rows within one chunk: a task checks its rows (one vector call for them all), then
+    // makes each row's keys and draws in one go, one buffer per task (no allocation per
+    // row, no merge step). A check pass over every row first was a parallel region and a
+    // read of its own. A row with bad values is not drawn from, and the call raises once
+    // every task is done, as draw_inverse_cdf does.
+    std::atomic<uint32_t> flags{0};
     at::parallel_for(0, r.rows, std::max<int64_t>(1, kRaceTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
+      std::vector<Summary> summary(b1 - b0);
+      run_widest([&](auto lanes) WRS_INLINE {
+        for (int64_t row = b0; row < b1; ++row) summary[row - b0] = summarize<decltype(lanes)>(x + row * r.n, r.n, wts);
+      });
       std::vector<Keyed> c;
       PhiloxBlocks blocks = key_blocks(seed, b0, b1, pairs, 0, r.n);
+      uint32_t seen = 0;
       for (int64_t row = b0; row < b1; ++row) {
-        nonzero[row] = chunk_top(x + row * r.n, 0, r.n, r.k, wts, blocks, c);
-        if (nonzero[row] >= r.k) write_top(c, r.k, out + row * r.k);  // else raised below
-      }
-    });
-  } else {
-    // Each chunk's top k, sorted where it was found; then each row's sorted lists merged
-    // pairwise, a level at a time, every merge of a level in parallel and keeping only the
-    // k best. One sort of a row's merged candidates on one thread was the whole cost of a
-    // permutation (1 x 2^20, k = 2^20, 2 threads: 153 -> 123 ms, torch 140-154).
-    std::vector<std::vector<Keyed>> top(ch.tasks());
-    at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        PhiloxBlocks blocks = key_blocks(seed, ch.row(t), ch.row(t) + 1, pairs, ch.first(t), ch.count(t));
-        nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), r.k, wts, blocks, top[t]);
-        std::sort(top[t].begin(), top[t].end(), Higher{});
-      }
-    });
-    for (int64_t width = 1; width < ch.per_row; width *= 2) {
-      const int64_t merges = (ch.per_row - width + 2 * width - 1) / (2 * width);  // per row: i + width < per_row
-      at::parallel_for(0, r.rows * merges, 1, [&](int64_t m0, int64_t m1) {
-        std::vector<Keyed> merged;
-        for (int64_t m = m0; m < m1; ++m) {
-          const int64_t t = (m / merges) * ch.per_row + (m % merges) * 2 * width;
-          merge_best(top[t], top[t + width], r.k, merged);
-          top[t].swap(merged);
+        seen |= summary_flags(summary[row - b0]);
+        if (seen != 0) break;  // the call raises: no draw is used
+        if (chunk_top(x + row * r.n, 0, r.n, r.k, wts, blocks, c) < r.k) {
+          seen |= kTooFewNonzero;
+          break;
         }
-      });
+        write_top(c, r.k, out + row * r.k);
+      }
+      if (seen != 0) flags.fetch_or(seen);
+    });
+    raise_value_flags(r, flags.load());
+    return;
+  }
+  const std::vector<Summary> summary = row_summaries(x, ch, wts);
+  raise_rows(r, summary);
+  std::vector<int64_t> nonzero(ch.tasks());
+  // Each chunk's top k, sorted where it was found; then each row's sorted lists merged
+  // pairwise, a level at a time, every merge of a level in parallel and keeping only the
+  // k best. One sort of a row's merged candidates on one thread was the whole cost of a
+  // permutation (1 x 2^20, k = 2^20, 2 threads: 153 -> 123 ms, torch 140-154).
+  std::vector<std::vector<Keyed>> top(ch.tasks());
+  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      PhiloxBlocks blocks = key_blocks(seed, ch.row(t), ch.row(t) + 1, pairs, ch.first(t), ch.count(t));
+      nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), r.k, wts, blocks, top[t]);
+      std::sort(top[t].begin(), top[t].end(), Higher{});
     }
-    for (int64_t row = 0; row < r.rows; ++row) {
-      const std::vector<Keyed>& best = top[row * ch.per_row];
-      int64_t nz = 0;
-      for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) nz += nonzero[t];
-      if (nz < r.k) continue;  // raised below
-      for (int64_t s = 0; s < r.k; ++s) out[row * r.k + s] = best[s].index;
-    }
+  });
+  for (int64_t width = 1; width < ch.per_row; width *= 2) {
+    const int64_t merges = (ch.per_row - width + 2 * width - 1) / (2 * width);  // per row: i + width < per_row
+    at::parallel_for(0, r.rows * merges, 1, [&](int64_t m0, int64_t m1) {
+      std::vector<Keyed> merged;
+      for (int64_t m = m0; m < m1; ++m) {
+        const int64_t t = (m / merges) * ch.per_row + (m % merges) * 2 * width;
+        merge_best(top[t], top[t + width], r.k, merged);
+        top[t].swap(merged);
+      }
+    });
+  }
+  for (int64_t row = 0; row < r.rows; ++row) {
+    const std::vector<Keyed>& best = top[row * ch.per_row];
+    int64_t nz = 0;
+    for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) nz += nonzero[t];
+    if (nz < r.k) continue;  // raised below
+    for (int64_t s = 0; s < r.k; ++s) out[row * r.k + s] = best[s].index;
   }
   uint32_t flags = 0;
   for (int64_t row = 0; row < r.rows; ++row) {
