@@ -161,6 +161,57 @@ def test_gpu_one_draw_race_law_1e8(rows, calls, batch):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_one_draw_over_chunks_law_1e8(dtype):
+    """One draw a row from logits in rows cut into chunks (1,000 rows of 20,000: three
+    chunks a row): each chunk's upper bound from one read in float, then a block per row
+    drawing points until one lands within the exact units of its chunk. A whole chunk of
+    -inf (a top-k filtered row), a stretch at the float minimum (a mask without -inf) and
+    logits near 30 / T: 1e8 draws against softmax(x / T), masked items never drawn."""
+    rows, n = 1000, 20_000
+    g = torch.Generator().manual_seed(14)
+    logits = (torch.randn(n, generator=g, dtype=torch.float64) * 1.5 + 30).to(dtype)
+    logits[::11] = float("-inf")
+    logits[7168:14_336] = float("-inf")
+    logits[16_000:] = torch.finfo(dtype).min
+    x = logits.cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(15)
+    counts = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for _ in range(100_000):
+        counts += torch.bincount(torch_wrs.sample_logits(x, temperature=0.7, generator=gen).reshape(-1), minlength=n)
+    assert counts.sum() == 1e8
+    assert counts[::11].sum() == 0 and counts[7168:14_336].sum() == 0 and counts[16_000:].sum() == 0
+    assert g_test_pvalue(counts, _softmax(logits.double(), 0.7)) > P_MIN
+
+
+@requires_cuda
+def test_gpu_one_draw_over_chunks_huge_logits():
+    """Logits far from 0 (|x / T| beyond 2^35, where the bound counts only the items at the
+    chunk's largest value): three tied largest logits share the draws evenly, their float
+    neighbours below weigh 0 in float64, and a NaN or +inf in any chunk raises."""
+    rows, n = 64, 100_000
+    top = torch.tensor(1e12, dtype=torch.float32)
+    below = torch.nextafter(top, torch.tensor(0.0))
+    x = torch.full((n,), torch.finfo(torch.float32).min)
+    x[1000:50_000] = below
+    x[[7, 40_000, 99_999]] = top
+    x = x.cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(16)
+    counts = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for _ in range(500):
+        counts += torch.bincount(torch_wrs.sample_logits(x, temperature=0.5, generator=gen).reshape(-1), minlength=n)
+    assert counts.sum() == 32_000 and counts[[7, 40_000, 99_999]].sum() == 32_000
+    p = torch.zeros(n, dtype=torch.float64)
+    p[[7, 40_000, 99_999]] = 1 / 3
+    assert g_test_pvalue(counts, p) > P_MIN
+    for bad in (float("nan"), float("inf")):
+        y = x.clone()
+        y[5, 60_000] = bad
+        with pytest.raises(RuntimeError, match="logits contains NaN or \\+inf"):
+            torch_wrs.sample_logits(y)
+
+
+@requires_cuda
 def test_gpu_thread_rows_one_draw_law_1e8():
     """One draw per row from 65,536 rows of 1,000 logits takes a thread per row: 1e8 draws
     follow softmax(x / T); -inf logits are never drawn."""
@@ -201,7 +252,7 @@ def test_gpu_race_from_logits_equals_the_keys_and_torch_topk(rows, n, dtype):
 
 @requires_cuda
 @pytest.mark.parametrize("rows,n,k,replacement", [(1, 128_256, 1, True), (64, 32_000, 2, True), (8, 50_000, 5, False),
-                                                 (64, 40_000, 1, True)])
+                                                 (64, 40_000, 1, True), (64, 128_256, 1, True)])
 def test_gpu_graph_capture_and_replay(rows, n, k, replacement):
     x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
     x[:, ::2] = float("-inf")

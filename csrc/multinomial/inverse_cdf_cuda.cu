@@ -44,7 +44,20 @@ struct CombineSummaries {
   __device__ Summary operator()(const Summary& a, const Summary& b) const { return Weights::combine(a, b); }
 };
 
+// A row's largest shift over its chunks that hold weight, and their flags.
+struct ShiftFlags {
+  double shift;
+  uint32_t flags;
+};
+struct MaxShiftOrFlags {
+  __device__ ShiftFlags operator()(const ShiftFlags& a, const ShiftFlags& b) const {
+    return ShiftFlags{a.shift > b.shift ? a.shift : b.shift, a.flags | b.flags};
+  }
+};
+
 using SummaryReduce = cub::BlockReduce<Summary, kThreads>;
+using ShiftFlagsReduce = cub::BlockReduce<ShiftFlags, kThreads>;
+using SumReduce = cub::BlockReduce<double, kThreads>;
 using UnitsReduce = cub::BlockReduce<uint64_t, kThreads>;
 using UnitsScan = cub::BlockScan<uint64_t, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 
@@ -57,10 +70,13 @@ template <int HITS>  // capacity for the draws that land in one block's chunk
 struct Shared {
   union {
     typename SummaryReduce::TempStorage summary;
+    typename ShiftFlagsReduce::TempStorage shift_flags;
+    typename SumReduce::TempStorage sum;
     typename UnitsReduce::TempStorage units;
     typename UnitsScan::TempStorage scan;
   } tmp;
   RowLaw law;
+  double row_shift;
   uint64_t before;  // units of the row before this chunk
   uint64_t total;   // units of the whole row
   uint64_t tile_units[kThreads / kWarp];  // find_hits' look ahead: a tile's units per warp
@@ -81,13 +97,19 @@ struct ChunkOf {
   }
 };
 
-// Calls f(value) on each of `count` items at x, as float64, shared by `threads` threads
+// Values of a group of consecutive items.
+template <typename V, int G>
+struct Values {
+  V v[G];
+};
+
+// Calls f(values) on each group of `count` items at x, as V, shared by `threads` threads
 // (this one `t`): thread t takes groups t, t + threads, ... of kGroup consecutive items (one
-// 16-byte load each where x is 16-byte aligned, else item by item), then the tail. Each
-// thread sees the same items in the same order wherever x lies, so a float64 sum over them
-// does not depend on alignment.
-template <typename scalar_t, typename F>
-__device__ void for_each_item(const scalar_t* x, int64_t count, int t, int threads, F&& f) {
+// 16-byte load each where x is 16-byte aligned, else item by item), then the tail one item
+// a group. Each thread sees the same items in the same order wherever x lies, so a float64
+// sum over them does not depend on alignment.
+template <typename V, typename scalar_t, typename F>
+__device__ void for_each_group(const scalar_t* x, int64_t count, int t, int threads, F&& f) {
   constexpr int kGroup = 16 / sizeof(scalar_t);
   struct alignas(16) Group {
     scalar_t v[kGroup];
@@ -103,10 +125,21 @@ __device__ void for_each_item(const scalar_t* x, int64_t count, int t, int threa
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) items.v[h] = x[g * kGroup + h];
     }
+    Values<V, kGroup> values;
 #pragma unroll
-    for (int h = 0; h < kGroup; ++h) f(static_cast<double>(items.v[h]));
+    for (int h = 0; h < kGroup; ++h) values.v[h] = static_cast<V>(items.v[h]);
+    f(values);
   }
-  for (int64_t i = groups * kGroup + t; i < count; i += threads) f(static_cast<double>(x[i]));
+  for (int64_t i = groups * kGroup + t; i < count; i += threads) f(Values<V, 1>{{static_cast<V>(x[i])}});
+}
+
+// Calls f(value) on each item, as for_each_group orders them (float64 by default).
+template <typename V = double, typename scalar_t, typename F>
+__device__ void for_each_item(const scalar_t* x, int64_t count, int t, int threads, F&& f) {
+  for_each_group<V>(x, count, t, threads, [&](const auto& values) {
+#pragma unroll
+    for (int h = 0; h < static_cast<int>(sizeof(values.v) / sizeof(values.v[0])); ++h) f(values.v[h]);
+  });
 }
 
 template <typename scalar_t, typename Weights, typename SH>
@@ -117,11 +150,31 @@ __device__ Summary summarize(const scalar_t* x, int64_t count, const Weights& wt
 }
 
 // The row's summary from its chunks' (in thread 0), the same in every block of the row.
+// Logits: the largest shift first, then each chunk's sum rescaled to it, so the float64
+// exps run side by side, one a chunk, not one after another down a reduction tree.
 template <typename Weights, typename SH>
 __device__ Summary row_summary(const Summary* chunk, int64_t chunks, SH& sh) {
-  Summary mine = Weights::empty();
-  for (int64_t c = threadIdx.x; c < chunks; c += kThreads) mine = Weights::combine(mine, chunk[c]);
-  return SummaryReduce(sh.tmp.summary).Reduce(mine, CombineSummaries<Weights>{});
+  if constexpr (!Weights::kLogits) {
+    Summary mine = Weights::empty();
+    for (int64_t c = threadIdx.x; c < chunks; c += kThreads) mine = Weights::combine(mine, chunk[c]);
+    return SummaryReduce(sh.tmp.summary).Reduce(mine, CombineSummaries<Weights>{});
+  } else {
+    ShiftFlags mine{-INFINITY, 0u};
+    for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {
+      mine.flags |= chunk[c].flags;
+      if (chunk[c].sum != 0 && chunk[c].shift > mine.shift) mine.shift = chunk[c].shift;  // as combine(): empty chunks aside
+    }
+    const ShiftFlags all = ShiftFlagsReduce(sh.tmp.shift_flags).Reduce(mine, MaxShiftOrFlags{});
+    if (threadIdx.x == 0) sh.row_shift = all.shift;
+    __syncthreads();
+    const double shift = sh.row_shift;
+    double sum = 0.0;
+    for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {
+      if (chunk[c].sum != 0) sum += chunk[c].sum * ::exp(chunk[c].shift - shift);
+    }
+    sum = SumReduce(sh.tmp.sum).Sum(sum);
+    return Summary{shift, sum, all.flags};
+  }
 }
 
 template <typename scalar_t, typename Weights, typename SH>
@@ -296,60 +349,189 @@ __global__ void __launch_bounds__(kThreads)
   find_hits(x + ch.row * n + ch.first, ch.count, wts, sh.law, n, ch.first, sh, out + ch.row * k);
 }
 
-// Step 3 for one draw per row: a block per row instead of a block per chunk. It scans
-// the row's chunk totals, finds the chunk that holds the row's point and reads only that
-// chunk again. The blocks per chunk each reduced the row's summaries and totals, and all
-// but one then had nothing to draw (H100, 64 x 128,256 bfloat16: 13.3 against 7.2 us;
-// 256 x 32,000: 14.8 against 7.9). With two draws a row the two kinds tie, with eight
-// the blocks per chunk are 2-3 times faster: a block per row reads its chunks one after
-// another. The point and the item are those of the blocks per chunk.
-static_assert(kMaxChunks <= kThreads * 4, "a block scans a row's chunk totals, 4 per thread");
+// One draw a row from rows cut into chunks: two kernels, no units pass. bounds_kernel
+// writes each chunk's summary as an upper bound on its weights; one_draw_kernel, a block
+// per row, turns each into an upper bound B_c on the chunk's units (chunk_units_bound),
+// draws a point of [0, sum B_c), and reads only the chunk c holding it: if the point
+// lies within the chunk's exact units (its items quantized as alias tables do) the item
+// holding it is the draw, else the point is rejected and a fresh one drawn. Each item is
+// then drawn with probability proportional to its units Q_i, the quantized law of every
+// other path (laws.h), whatever the bounds, as long as B_c >= the chunk's units; a tight
+// bound only saves retries. The three kernels before (summarize, units, a block per row
+// finding the chunk from the exact totals) read the row twice before the draw; H100,
+// 64 x 128,256 float32: the units pass took 12.9 of 30 us of kernels.
+//
+// Attempt a of row r draws from Philox subsequence r + a * rows (one block). Valid
+// rows accept with probability above 1 - 2^-10 per attempt (the bounds' margins, and
+// count + 2 units a chunk for rounding, against n 2^32 units a row), so kMaxAttempts
+// attempts all fail with probability below 2^-160; the row then keeps item 0 (a bias
+// far below the quantized law's 2^-33). Rows of invalid values (flagged, raised outside
+// capture) stop there too, with an item in range.
+constexpr int kMaxAttempts = 16;
+
+// Rigorous upper bound on the units of a chunk of `count` items whose weights exp(x / T -
+// law.shift) (probabilities: x) sum to at most b.sum exp(b.shift - law.shift): each Q_i
+// is w_i * scale rounded (relative error 2^-52 in the product, half a unit in the
+// rounding), and the factor 1 + 2^-30 covers the float64 sums' and exps' roundings
+// behind b (chunks of up to 2^21 items: 2^-31). Invalid values (NaN, inf, negative sums)
+// give count + 2, in range.
+__device__ inline uint64_t chunk_units_bound(const Summary& b, int64_t count, const RowLaw& law) {
+  const double w = b.sum > 0 ? b.sum * ::exp(b.shift - law.shift) : 0.0;
+  const double units = ::ldexp(w, -law.scale.exponent) * law.scale.scale * (1.0 + 0x1.0p-30);
+  const double slack = static_cast<double>(count) + 2.0;
+  // A valid row's units are below n 2^32 < 2^63, its bounds' sum within the margins of
+  // that; NaN fails the test.
+  return static_cast<uint64_t>(units >= 0.0 && units < 0x1.0p63 ? units + slack : slack);
+}
+
+// Fast logit bound for 32- and 16-bit logits: one read in float, where the exact summary
+// takes a float64 exp per item. Each thread keeps its largest x, m, and s = sum of
+// exp2f((x - m) c) with c = log2(e) / T in float, a group of items at a time, rescaling s
+// when m grows. Then
+// sum exp(x / T - m / T), in the law's float64 arithmetic (laws.h: LogitWeights), is at
+// most s * factor + j 2^-110 for a block of 256 threads of at most j items each:
+// - Each factor of an item's chain (its own exp2f, the rescales after it) carries
+//   relative errors 2^-24 from x - m, from the product with c and from c itself, on an
+//   exponent p <= 0, and exp2f's 2 ulp (CUDA's documented bound: 2^-22 relative). The
+//   chain's exponents sum to the item's own y = (x - m) c, so for y >= -150 the
+//   exponent errors add to at most 3.01 * 2^-24 * 150 (< 2^-15 relative to the weight),
+//   and the 2 ulp to j 2^-22; the sum's roundings to 2j 2^-24. Items with y < -150
+//   weigh below 2^-150 (the j 2^-110).
+// - The law evaluates x / T in float64: fl(x / T) - fl(m / T) is within (|x| + |m|) / T
+//   2^-53 of (x - m) / T, below 2^-16 for |m / T| < 2^35 and the items within 150 of it.
+//   For |m / T| >= 2^35 any float x < m is at least 2^-24 |m| below it, so x / T lies
+//   2^11 below m / T and its float64 weight is 0 (exp underflows): s counts each x = m
+//   as exactly 1, which bounds the rest.
+// The block's threads then combine in float (CombineFastBounds: one more rescale and one
+// more rounding per step, up to 12 steps), so with j the items a thread holds plus 32,
+// factor = 1 + 2^-14 + j 2^-20 (+ 2^-15 where |m / T| < 2^35) covers every case.
+// A NaN or +inf in the chunk (s NaN or m = +inf) sends the block to the exact summary.
+struct FastLogitBound {
+  float m = -3.402823466e38f;  // no finite logit yet (-inf logits leave it and s alone)
+  float s = 0.0f;
+  // A group's items at once: their exps are independent (an item at a time chained each
+  // exp2f to the last through m and s: 25 against 10 us at 64 x 128,256, H200). fmaxf
+  // skips NaN, whose exp2f then makes s NaN.
+  template <int G>
+  __device__ void add(const Values<float, G>& x, float c) {
+    float top = x.v[0];
+#pragma unroll
+    for (int h = 1; h < G; ++h) top = fmaxf(top, x.v[h]);
+    const float next = fmaxf(m, top);
+    float sum = 0.0f;
+#pragma unroll
+    for (int h = 0; h < G; ++h) sum += exp2f((x.v[h] - next) * c);
+    s = fmaf(s, exp2f((m - next) * c), sum);
+    m = next;
+  }
+  __device__ bool exact() const { return !(s == s && s <= 3.402823466e38f && m <= 3.402823466e38f); }
+  // items: at most the thread's items.
+  __device__ Summary summary(double inv_temperature, int items) const {
+    if (s == 0.0f) return LogitWeights::empty();
+    const double shift = static_cast<double>(m) * inv_temperature;
+    const double factor =
+        1.0 + 0x1.0p-14 + static_cast<double>(items) * 0x1.0p-20 + (::fabs(shift) < 0x1.0p35 ? 0x1.0p-15 : 0.0);
+    return Summary{shift, static_cast<double>(s) * factor + static_cast<double>(items) * 0x1.0p-110, 0u};
+  }
+};
+
+// Two threads' fast bounds, rescaled to the larger m (in float: no float64 exp in the
+// reduction tree).
+struct CombineFastBounds {
+  float c;
+  __device__ FastLogitBound operator()(const FastLogitBound& a, const FastLogitBound& b) const {
+    FastLogitBound r;
+    r.m = fmaxf(a.m, b.m);
+    r.s = fmaf(a.s, exp2f((a.m - r.m) * c), b.s * exp2f((b.m - r.m) * c));
+    return r;
+  }
+};
+using FastBoundReduce = cub::BlockReduce<FastLogitBound, kThreads>;
 
 template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads)
-    one_draw_kernel(const scalar_t* x, int64_t n, int64_t chunks, int64_t chunk_items, Weights wts,
-                    const Summary* summaries, const uint64_t* chunk_total, at::PhiloxCudaState philox, int64_t* out,
-                    uint32_t* status) {
+    bounds_kernel(const scalar_t* x, int64_t n, int64_t chunks, int64_t chunk_items, Weights wts,
+                  float log2e_over_t, Summary* bounds, int64_t* out) {
+  __shared__ ReduceShared sh;
+  const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
+  if (ch.c == 0 && threadIdx.x == 0) out[ch.row] = 0;
+  const scalar_t* xc = x + ch.row * n + ch.first;
+  if constexpr (Weights::kLogits && sizeof(scalar_t) <= 4) {
+    if (log2e_over_t > 0) {
+      FastLogitBound mine;
+      for_each_group<float>(xc, ch.count, threadIdx.x, kThreads, [&](const auto& v) { mine.add(v, log2e_over_t); });
+      if (!__syncthreads_or(mine.exact())) {
+        __shared__ typename FastBoundReduce::TempStorage fast;
+        const FastLogitBound b = FastBoundReduce(fast).Reduce(mine, CombineFastBounds{log2e_over_t});
+        // A thread's share of for_each_group's items, at most, and the reduction's steps.
+        const int items = static_cast<int>(ch.count / kThreads) + 16 + 16;
+        if (threadIdx.x == 0) bounds[blockIdx.x] = b.summary(wts.inv_temperature, items);
+        return;
+      }
+    }
+  }
+  const Summary s = summarize(xc, ch.count, wts, sh);  // exact: float64 (a float64 sum is a bound within 2^-31)
+  if (threadIdx.x == 0) bounds[blockIdx.x] = s;
+}
+
+static_assert(kMaxChunks <= kThreads * 4, "a block scans a row's chunk bounds, 4 per thread");
+
+template <typename scalar_t, typename Weights>
+__global__ void __launch_bounds__(kThreads)
+    one_draw_kernel(const scalar_t* x, int64_t n, int64_t rows, int64_t chunks, int64_t chunk_items, Weights wts,
+                    const Summary* bounds, at::PhiloxCudaState philox, int64_t* out, uint32_t* status) {
   __shared__ Shared<1> sh;
   __shared__ uint64_t point;
-  __shared__ int64_t chunk;  // the chunk holding the point; -1 for a row of no units
+  __shared__ int64_t chunk;  // the chunk holding the point
+  __shared__ int64_t item;   // the item holding it, -1 for none (rejected)
   const int64_t row = blockIdx.x;
-  const Summary s = row_summary<Weights>(summaries + row * chunks, chunks, sh);
+  const Summary* row_bounds = bounds + row * chunks;
+  const Summary s = row_summary<Weights>(row_bounds, chunks, sh);
   if (threadIdx.x == 0) {
     sh.law = row_law<Weights>(s, n);
     const uint32_t flags = summary_flags(s);
     if (flags) atomicOr(status, flags);
   }
-  // The chunks' units and starts, 4 consecutive chunks a thread.
-  uint64_t units[4], start[4];
+  __syncthreads();
+  uint64_t bound[4], start[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t c = 4 * threadIdx.x + j;
-    units[j] = c < chunks ? chunk_total[row * chunks + c] : 0;
+    const int64_t count = n - c * chunk_items < chunk_items ? n - c * chunk_items : chunk_items;
+    bound[j] = c < chunks ? chunk_units_bound(row_bounds[c], count, sh.law) : 0;
   }
   uint64_t total;
   __syncthreads();  // sh.tmp held the summary reduction
-  UnitsScan(sh.tmp.scan).ExclusiveSum(units, start, total);
-  if (threadIdx.x == 0) {
-    const uint4 r = philox_block_cuda(philox_seed(philox), static_cast<uint64_t>(row));  // draw 0 of row `row`
-    point = uniform_point(r.x, r.y, total);
-    chunk = -1;
-    sh.hits = 1;
-  }
-  __syncthreads();
+  UnitsScan(sh.tmp.scan).ExclusiveSum(bound, start, total);
+  const PhiloxSeed seed = philox_seed(philox);
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    if (threadIdx.x == 0) {
+      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row + attempt * rows));
+      point = uniform_point(r.x, r.y, total);
+      chunk = -1;
+      item = -1;
+      sh.hits = 1;
+    }
+    __syncthreads();
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint64_t offset = point - start[j];  // wraps below the chunk
-    if (offset < units[j]) {                   // one chunk of nonzero units holds it
-      chunk = 4 * threadIdx.x + j;
-      sh.sorted[0] = Hit{0, offset};
+    for (int j = 0; j < 4; ++j) {
+      const uint64_t offset = point - start[j];  // wraps below the chunk
+      if (offset < bound[j]) {
+        chunk = 4 * threadIdx.x + j;
+        sh.sorted[0] = Hit{0, offset};
+      }
+    }
+    __syncthreads();
+    if (chunk < 0) return;  // only where invalid values wrapped the bounds' sum: item 0 stays
+    const int64_t first = chunk * chunk_items;
+    find_hits(x + row * n + first, n - first < chunk_items ? n - first : chunk_items, wts, sh.law, n, first, sh,
+              &item);
+    __syncthreads();
+    if (item >= 0) {
+      if (threadIdx.x == 0) out[row] = item;
+      return;
     }
   }
-  __syncthreads();
-  if (chunk < 0) return;  // a zero row (flagged): item 0 stays
-  const int64_t first = chunk * chunk_items;
-  find_hits(x + row * n + first, n - first < chunk_items ? n - first : chunk_items, wts, sh.law, n, first, sh,
-            out + row);
 }
 
 // One block per row: the three steps in one kernel.
@@ -532,18 +714,25 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
   const int64_t blocks = call.rows * chunks;
   at::Tensor keep;
   const auto [summaries, chunk_total] = scratch_arrays<Summary, uint64_t>(keep, call.x.options(), {blocks, blocks});
+  if (call.k == 1) {
+    // log2(e) / T for the fast logit bound, where float holds it as a normal number
+    // (else the exact summary serves).
+    const double c = call.logits ? 1.4426950408889634 * call.inv_temperature : 0.0;
+    const float log2e_over_t = c > 0x1.0p-100 && c < 0x1.0p100 ? static_cast<float>(c) : 0.0f;
+    bounds_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts,
+                                                                         log2e_over_t, summaries, call.out);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    one_draw_kernel<scalar_t, Weights><<<call.rows, kThreads, 0, call.stream>>>(
+        x, call.n, call.rows, chunks, chunk_items, wts, summaries, call.philox, call.out, call.status);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
   summarize_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, call.k, chunks, chunk_items,
                                                                           wts, summaries, call.out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   units_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts,
                                                                       summaries, chunk_total);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (call.k == 1) {
-    one_draw_kernel<scalar_t, Weights><<<call.rows, kThreads, 0, call.stream>>>(
-        x, call.n, chunks, chunk_items, wts, summaries, chunk_total, call.philox, call.out, call.status);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
-  }
   const auto draw = call.k <= kRowHits ? draw_kernel<scalar_t, Weights, kRowHits>
                                        : draw_kernel<scalar_t, Weights, kMaxChunkSamples>;
   draw<<<blocks, kThreads, 0, call.stream>>>(x, call.n, call.k, chunks, chunk_items, wts, summaries, chunk_total,

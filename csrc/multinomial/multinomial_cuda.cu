@@ -33,15 +33,16 @@ namespace {
 // |                  |                                        |                     | search for one each; more samples are cut into   |
 // |                  |                                        |                     | slices over warps (past these bounds each        |
 // |                  |                                        |                     | sample's walk costs more than an alias lookup)   |
-// | k = 1            | rows x n <= 2^22, or logits n >= 2^14  | race (race_cuda)    | one read, one launch: the inverse CDF's three    |
-// |                  |                                        |                     | launches cost small calls more (1 x 128,256:     |
-// |                  |                                        |                     | 43 against 51-64 us a call); past 2^22 items its |
-// |                  |                                        |                     | Philox block and bound per item cost more than   |
-// |                  |                                        |                     | the CDF's two reads for probabilities (4,096 x   |
-// |                  |                                        |                     | 32,000: 0.69 against 0.37 ms), not for logits    |
-// |                  |                                        |                     | (the CDF's float64 exps); the warp top-k costs   |
-// |                  |                                        |                     | long rows of logits the same                     |
-// | k = 1, logits    | other rows x n >= 2^21                 | warp top-k (race)   | rows under 2^14 leave the race's blocks idle     |
+// | k = 1            | rows x n <= 2^19; up to 2^22 where a   | race (race_cuda)    | one read, one launch; past 2^19 items its Philox |
+// |                  | row is one chunk (rows fill the GPU);  |                     | block and bound per item cost more than the one  |
+// |                  | logits: rows x n <= 2^22, or rows of   |                     | draw over chunks (H200, us: 64 x 32,000 31.9     |
+// |                  | n >= 2^14 that are one chunk           |                     | against 25.3, 8 x 128,256 25.4 / 23.1), for      |
+// |                  |                                        |                     | logits only past 2^22 (64 x 32,000: 34.9 against |
+// |                  |                                        |                     | 44.5; 64 x 128,256: 70.4 against 51.8); whole    |
+// |                  |                                        |                     | rows of logits in one chunk would take the       |
+// |                  |                                        |                     | exact CDF's float64 exps (4,096 x 32,000: 0.69   |
+// |                  |                                        |                     | against 0.37 ms for probabilities)               |
+// | k = 1, logits    | other rows x n >= 2^21, n < 2^14       | warp top-k (race)   | rows under 2^14 leave the race's blocks idle     |
 // |                  |                                        |                     | lanes (16,384 x 1,100: 0.27 against 0.23 ms);    |
 // |                  |                                        |                     | one read and a float bound per item, where the   |
 // |                  |                                        |                     | inverse CDF takes a float64 exp per item twice   |
@@ -49,7 +50,10 @@ namespace {
 // |                  |                                        |                     | more: 65,536 x 4, k = 128: 2.9 against 0.2 ms    |
 // | yes, or k = 1    | longer rows; k <= 128, or k <= 1,024   | inverse CDF         | about two reads, no table; few rows are cut into |
 // |                  | where the row is cut into chunks       |                     | chunks over many blocks (the LLM decode case);   |
-// |                  |                                        |                     | one draw a row is then found by a block per row  |
+// |                  |                                        |                     | one draw a row then takes chunk bounds and a     |
+// |                  |                                        |                     | block per row that draws against them, one read  |
+// |                  |                                        |                     | and one chunk (logits: float bounds, no float64  |
+// |                  |                                        |                     | exp but in the chunk drawn)                      |
 // | yes              | more draws, k <= n / 16; or rows x k   | stored CDF, search  | the same law and draws; one scan writes the CDF, |
 // |                  | <= 2^21 from rows of >= 2^14 items     | (many_draws below)  | cheaper than the alias build where draws are few |
 // | yes              | more draws                             | alias tables        | the O(n) build pays for itself over many draws;  |
@@ -106,10 +110,14 @@ constexpr int64_t kLogitRaceFromItems = int64_t{1} << 21;
 constexpr int64_t kRaceThreadRowsUpTo = 8;
 constexpr int64_t kWarpLogitRowsUpTo = 128;  // one draw: longer logit rows from many rows take a thread
 constexpr int64_t kRaceUpToItems = int64_t{1} << 22;
+constexpr int64_t kRaceProbsUpToItems = int64_t{1} << 19;  // past it, rows cut into chunks: the one draw over chunks
 constexpr int64_t kRaceLogitRowsFrom = int64_t{1} << 14;
 
 bool race_serves(const Request& r) {
-  return r.rows * r.n <= kRaceUpToItems || (r.logits && r.n >= kRaceLogitRowsFrom);
+  const int64_t items = r.rows * r.n;
+  const bool one_chunk = inverse_cdf_chunks(r.rows, r.n) == 1;
+  if (r.logits) return items <= kRaceUpToItems || (r.n >= kRaceLogitRowsFrom && one_chunk);
+  return items <= kRaceProbsUpToItems || (items <= kRaceUpToItems && one_chunk);
 }
 
 // With replacement, more draws than the inverse CDF over chunks holds:
@@ -145,7 +153,7 @@ Method choose(const Request& r) {
   if (r.replacement || r.k == 1) {
     if (warp_rows_serve(r.rows, r.n, r.k, r.x.scalar_type() == at::kDouble)) return Method::kWarpRows;
     if (r.k == 1 && race_serves(r)) return Method::kRace;
-    if (r.k == 1 && r.logits && r.rows * r.n >= kLogitRaceFromItems) return Method::kTopK;
+    if (r.k == 1 && r.logits && r.n < kRaceLogitRowsFrom && r.rows * r.n >= kLogitRaceFromItems) return Method::kTopK;
     if (r.n <= kMaxWarpRow && r.k > kWarpRowSlice) return many_draws(r);
     const int64_t chunks = inverse_cdf_chunks(r.rows, r.n);
     const bool fits = r.k <= (chunks == 1 ? kMaxRowSamples : kMaxChunkSamples);
