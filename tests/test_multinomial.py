@@ -185,7 +185,8 @@ def test_gpu_one_pass_law_1e8():
                                                  ((5000, 20), 4, False), ((2, 50_000), 40, False),
                                                  ((2, 50_000), 100, False), ((2, 1 << 25), 100, False),
                                                  ((2, 100_000), 5000, True), ((2200, 3000), 150, True),
-                                                 ((200, 5000), 40, False), ((16, 300_000), 1, True)])
+                                                 ((200, 5000), 40, False), ((16, 300_000), 1, True),
+                                                 ((4, 300_000), 8, True)])
 def test_gpu_graph_capture_and_replay(shape, k, replacement):
     """Every CUDA method captures (no host read while capturing) and replays with fresh draws."""
     w = torch.rand(shape, device="cuda") ** 2
@@ -335,7 +336,7 @@ def test_gpu_inverse_cdf_law_1e8(rows, n, k, calls):
 @requires_cuda
 @pytest.mark.parametrize("n", [(1 << 22) + 5, 5_000_000, 1 << 24])
 def test_gpu_one_draw_over_chunks_never_a_zero_weight(n):
-    """One draw a row from rows cut into chunks: a block per row draws points against the
+    """One draw a row from rows cut into chunks: a block per draw draws points against the
     chunks' bounds until one lands within its chunk's units. Over 200 seeds, with stretches
     of zero weights that leave whole chunks without units (whose bounds still take a few
     points, to be rejected), the draw is never a zero weight, and it is reproducible. A
@@ -354,6 +355,9 @@ def test_gpu_one_draw_over_chunks_never_a_zero_weight(n):
     assert len(seen) > 150
     again = torch_wrs.multinomial(x, 1, True, generator=torch.Generator("cuda").manual_seed(199))
     assert again.item() == one.item()
+    # Draw 0 of several comes from the same Philox subsequence as the one draw.
+    eight = torch_wrs.multinomial(x, 8, True, generator=torch.Generator("cuda").manual_seed(199))
+    assert eight[0, 0] == one[0, 0] and (x[0, eight[0]] > 0).all()
     rows = torch.cat([x, torch.zeros_like(x)])
     with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
         torch_wrs.multinomial(rows, 1, True)
@@ -364,10 +368,11 @@ def test_gpu_one_draw_over_chunks_never_a_zero_weight(n):
 
 
 @requires_cuda
-def test_gpu_one_draw_over_chunks_law_1e8():
-    """One draw a row, rows cut into chunks (2,000 x 2,100: two chunks a row, the block per
-    row): 1e8 draws pooled over identical rows against the weights."""
-    rows, n = 2000, 2100
+@pytest.mark.parametrize("rows,k", [(2000, 1), (256, 8), (64, 32)])
+def test_gpu_one_draw_over_chunks_law_1e8(rows, k):
+    """Up to 32 draws a row, rows of 2,100 cut into two or three chunks, a block per draw:
+    1e8 draws pooled over identical rows against the weights."""
+    n = 2100
     g = torch.Generator().manual_seed(72)
     w = torch.rand(n, generator=g, dtype=torch.float64) ** 4
     w[::5] = 0
@@ -376,9 +381,9 @@ def test_gpu_one_draw_over_chunks_law_1e8():
     x = w.float().cuda().expand(rows, n).contiguous()
     gen = torch.Generator("cuda").manual_seed(73)
     counts = torch.zeros(n, dtype=torch.int64, device="cuda")
-    for _ in range(50_000):
-        counts += torch.bincount(torch_wrs.multinomial(x, 1, True, generator=gen).reshape(-1), minlength=n)
-    assert counts.sum() == 1e8
+    for _ in range(-(-10**8 // (rows * k))):
+        counts += torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=n)
+    assert counts.sum() >= 1e8
     assert g_test_pvalue(counts, w.float().double()) > P_MIN
 
 

@@ -10,8 +10,10 @@
 //      draws the row's k uniform points (sample s from Philox block row * k + s), keeps
 //      those inside its own range, and only if there are any, reads its chunk once more
 //      to find their items with a block scan, tile by tile (where draws are sparse, a
-//      look-ahead of a tile per warp skips the tiles that hold none). One draw a row
-//      takes a block per row, which finds the chunk first (one_draw_kernel).
+//      look-ahead of a tile per warp skips the tiles that hold none).
+// A few draws a row (kMaxBoundedDraws) skip step 2: each chunk's summary bounds its units,
+// and a block per draw finds its chunk against those bounds, with rejection
+// (one_draw_kernel).
 // With one chunk per row (enough rows to fill the GPU) one kernel does all three steps,
 // its later reads of the row served by L1 and L2.
 //
@@ -349,9 +351,9 @@ __global__ void __launch_bounds__(kThreads)
   find_hits(x + ch.row * n + ch.first, ch.count, wts, sh.law, n, ch.first, sh, out + ch.row * k);
 }
 
-// One draw a row from rows cut into chunks: two kernels, no units pass. bounds_kernel
+// A few draws a row from rows cut into chunks: two kernels, no units pass. bounds_kernel
 // writes each chunk's summary as an upper bound on its weights; one_draw_kernel, a block
-// per row, turns each into an upper bound B_c on the chunk's units (chunk_units_bound),
+// per draw, turns each into an upper bound B_c on the chunk's units (chunk_units_bound),
 // draws a point of [0, sum B_c), and reads only the chunk c holding it: if the point
 // lies within the chunk's exact units (its items quantized as alias tables do) the item
 // holding it is the draw, else the point is rejected and a fresh one drawn. Each item is
@@ -361,13 +363,23 @@ __global__ void __launch_bounds__(kThreads)
 // finding the chunk from the exact totals) read the row twice before the draw; H100,
 // 64 x 128,256 float32: the units pass took 12.9 of 30 us of kernels.
 //
-// Attempt a of row r draws from Philox subsequence r + a * rows (one block). Valid
+// Attempt a of draw d (sample s of row r: d = r k + s) takes Philox subsequence
+// d + a rows k (one block), so one draw's points are those of one draw before. Valid
 // rows accept with probability above 1 - 2^-10 per attempt (the bounds' margins, and
 // count + 2 units a chunk for rounding, against n 2^32 units a row), so kMaxAttempts
 // attempts all fail with probability below 2^-160; the row then keeps item 0 (a bias
 // far below the quantized law's 2^-33). Rows of invalid values (flagged, raised outside
 // capture) stop there too, with an item in range.
+//
+// A block per draw reads one chunk; past 32 draws a row, or 2,048 draws in all, the
+// blocks per chunk of draw_kernel (after the units pass), which read each chunk once for
+// all its draws, cost less. H200, per call, us, blocks per chunk / a block per draw:
+// 64 x 32,000, k = 8: 46.5 / 31.8, k = 32: 48.8 / 46.0; 64 x 128,256, k = 32: 67.3 /
+// 62.6; 256 x 32,000, k = 8: 66.4 / 60.9, k = 16: 71.6 / 87.2; 256 x 128,256, k = 32:
+// 183 / 234.
 constexpr int kMaxAttempts = 16;
+constexpr int64_t kMaxBoundedDraws = 32;
+constexpr int64_t kMaxBoundedDrawBlocks = 2048;
 
 // Rigorous upper bound on the units of a chunk of `count` items whose weights exp(x / T -
 // law.shift) (probabilities: x) sum to at most b.sum exp(b.shift - law.shift): each Q_i
@@ -451,10 +463,12 @@ using FastBoundReduce = cub::BlockReduce<FastLogitBound, kThreads>;
 template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads)
     bounds_kernel(const scalar_t* x, int64_t n, int64_t chunks, int64_t chunk_items, Weights wts,
-                  float log2e_over_t, Summary* bounds, int64_t* out) {
+                  int64_t k, float log2e_over_t, Summary* bounds, int64_t* out) {
   __shared__ ReduceShared sh;
   const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
-  if (ch.c == 0 && threadIdx.x == 0) out[ch.row] = 0;
+  if (ch.c == 0) {
+    for (int64_t s = threadIdx.x; s < k; s += kThreads) out[ch.row * k + s] = 0;
+  }
   const scalar_t* xc = x + ch.row * n + ch.first;
   if constexpr (Weights::kLogits && sizeof(scalar_t) <= 4) {
     if (log2e_over_t > 0) {
@@ -478,19 +492,20 @@ static_assert(kMaxChunks <= kThreads * 4, "a block scans a row's chunk bounds, 4
 
 template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads)
-    one_draw_kernel(const scalar_t* x, int64_t n, int64_t rows, int64_t chunks, int64_t chunk_items, Weights wts,
-                    const Summary* bounds, at::PhiloxCudaState philox, int64_t* out, uint32_t* status) {
+    one_draw_kernel(const scalar_t* x, int64_t n, int64_t rows, int64_t k, int64_t chunks, int64_t chunk_items,
+                    Weights wts, const Summary* bounds, at::PhiloxCudaState philox, int64_t* out, uint32_t* status) {
   __shared__ Shared<1> sh;
   __shared__ uint64_t point;
   __shared__ int64_t chunk;  // the chunk holding the point
   __shared__ int64_t item;   // the item holding it, -1 for none (rejected)
-  const int64_t row = blockIdx.x;
+  const int64_t draw = blockIdx.x;
+  const int64_t row = draw / k;
   const Summary* row_bounds = bounds + row * chunks;
   const Summary s = row_summary<Weights>(row_bounds, chunks, sh);
   if (threadIdx.x == 0) {
     sh.law = row_law<Weights>(s, n);
     const uint32_t flags = summary_flags(s);
-    if (flags) atomicOr(status, flags);
+    if (flags && draw == row * k) atomicOr(status, flags);
   }
   __syncthreads();
   uint64_t bound[4], start[4];
@@ -506,7 +521,7 @@ __global__ void __launch_bounds__(kThreads)
   const PhiloxSeed seed = philox_seed(philox);
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     if (threadIdx.x == 0) {
-      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row + attempt * rows));
+      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(draw + attempt * rows * k));
       point = uniform_point(r.x, r.y, total);
       chunk = -1;
       item = -1;
@@ -528,7 +543,7 @@ __global__ void __launch_bounds__(kThreads)
               &item);
     __syncthreads();
     if (item >= 0) {
-      if (threadIdx.x == 0) out[row] = item;
+      if (threadIdx.x == 0) out[draw] = item;
       return;
     }
   }
@@ -714,16 +729,16 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
   const int64_t blocks = call.rows * chunks;
   at::Tensor keep;
   const auto [summaries, chunk_total] = scratch_arrays<Summary, uint64_t>(keep, call.x.options(), {blocks, blocks});
-  if (call.k == 1) {
+  if (call.k <= kMaxBoundedDraws && call.rows * call.k <= kMaxBoundedDrawBlocks) {
     // log2(e) / T for the fast logit bound, where float holds it as a normal number
     // (else the exact summary serves).
     const double c = call.logits ? 1.4426950408889634 * call.inv_temperature : 0.0;
     const float log2e_over_t = c > 0x1.0p-100 && c < 0x1.0p100 ? static_cast<float>(c) : 0.0f;
-    bounds_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts,
+    bounds_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts, call.k,
                                                                          log2e_over_t, summaries, call.out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    one_draw_kernel<scalar_t, Weights><<<call.rows, kThreads, 0, call.stream>>>(
-        x, call.n, call.rows, chunks, chunk_items, wts, summaries, call.philox, call.out, call.status);
+    one_draw_kernel<scalar_t, Weights><<<call.rows * call.k, kThreads, 0, call.stream>>>(
+        x, call.n, call.rows, call.k, chunks, chunk_items, wts, summaries, call.philox, call.out, call.status);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }

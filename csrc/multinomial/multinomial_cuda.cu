@@ -50,10 +50,11 @@ namespace {
 // |                  |                                        |                     | more: 65,536 x 4, k = 128: 2.9 against 0.2 ms    |
 // | yes, or k = 1    | longer rows; k <= 128, or k <= 1,024   | inverse CDF         | about two reads, no table; few rows are cut into |
 // |                  | where the row is cut into chunks       |                     | chunks over many blocks (the LLM decode case);   |
-// |                  |                                        |                     | one draw a row then takes chunk bounds and a     |
-// |                  |                                        |                     | block per row that draws against them, one read  |
-// |                  |                                        |                     | and one chunk (logits: float bounds, no float64  |
-// |                  |                                        |                     | exp but in the chunk drawn)                      |
+// |                  |                                        |                     | up to 32 draws a row (2,048 in all) then take    |
+// |                  |                                        |                     | chunk bounds and a block per draw that draws     |
+// |                  |                                        |                     | against them: one read and a chunk a draw        |
+// |                  |                                        |                     | (logits: float bounds, no float64 exp but in the |
+// |                  |                                        |                     | chunk drawn)                                     |
 // | yes              | more draws, k <= n / 16; or rows x k   | stored CDF, search  | the same law and draws; one scan writes the CDF, |
 // |                  | <= 2^21 from rows of >= 2^14 items     | (many_draws below)  | cheaper than the alias build where draws are few |
 // | yes              | more draws                             | alias tables        | the O(n) build pays for itself over many draws;  |
