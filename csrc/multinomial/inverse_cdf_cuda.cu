@@ -292,19 +292,6 @@ __device__ void collect_hits(const PhiloxSeed& seed, int64_t row, int64_t k, uin
 
 template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads)
-    summarize_kernel(const scalar_t* x, int64_t n, int64_t k, int64_t chunks, int64_t chunk_items, Weights wts,
-                     Summary* summaries, int64_t* out) {
-  __shared__ ReduceShared sh;
-  const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
-  if (ch.c == 0) {
-    for (int64_t s = threadIdx.x; s < k; s += kThreads) out[ch.row * k + s] = 0;
-  }
-  const Summary s = summarize(x + ch.row * n + ch.first, ch.count, wts, sh);
-  if (threadIdx.x == 0) summaries[blockIdx.x] = s;
-}
-
-template <typename scalar_t, typename Weights>
-__global__ void __launch_bounds__(kThreads)
     units_kernel(const scalar_t* x, int64_t n, int64_t chunks, int64_t chunk_items, Weights wts,
                  const Summary* summaries, uint64_t* chunk_total) {
   __shared__ ReduceShared sh;
@@ -351,7 +338,7 @@ __global__ void __launch_bounds__(kThreads)
   find_hits(x + ch.row * n + ch.first, ch.count, wts, sh.law, n, ch.first, sh, out + ch.row * k);
 }
 
-// A few draws a row from rows cut into chunks: two kernels, no units pass. bounds_kernel
+// A few draws a row from rows cut into chunks: two kernels, no units pass. summarize_kernel
 // writes each chunk's summary as an upper bound on its weights; one_draw_kernel, a block
 // per draw, turns each into an upper bound B_c on the chunk's units (chunk_units_bound),
 // draws a point of [0, sum B_c), and reads only the chunk c holding it: if the point
@@ -460,10 +447,13 @@ struct CombineFastBounds {
 };
 using FastBoundReduce = cub::BlockReduce<FastLogitBound, kThreads>;
 
+// Step 1: each chunk's summary, exact in float64; or, for 16- and 32-bit logits where
+// log2e_over_t > 0 (one_draw_kernel's calls), an upper bound from float arithmetic. Sets
+// the rows' k output slots to item 0 first.
 template <typename scalar_t, typename Weights>
 __global__ void __launch_bounds__(kThreads)
-    bounds_kernel(const scalar_t* x, int64_t n, int64_t chunks, int64_t chunk_items, Weights wts,
-                  int64_t k, float log2e_over_t, Summary* bounds, int64_t* out) {
+    summarize_kernel(const scalar_t* x, int64_t n, int64_t k, int64_t chunks, int64_t chunk_items, Weights wts,
+                     float log2e_over_t, Summary* summaries, int64_t* out) {
   __shared__ ReduceShared sh;
   const ChunkOf ch(blockIdx.x, n, chunks, chunk_items);
   if (ch.c == 0) {
@@ -479,13 +469,13 @@ __global__ void __launch_bounds__(kThreads)
         const FastLogitBound b = FastBoundReduce(fast).Reduce(mine, CombineFastBounds{log2e_over_t});
         // A thread's share of for_each_group's items, at most, and the reduction's steps.
         const int items = static_cast<int>(ch.count / kThreads) + 16 + 16;
-        if (threadIdx.x == 0) bounds[blockIdx.x] = b.summary(wts.inv_temperature, items);
+        if (threadIdx.x == 0) summaries[blockIdx.x] = b.summary(wts.inv_temperature, items);
         return;
       }
     }
   }
-  const Summary s = summarize(xc, ch.count, wts, sh);  // exact: float64 (a float64 sum is a bound within 2^-31)
-  if (threadIdx.x == 0) bounds[blockIdx.x] = s;
+  const Summary s = summarize(xc, ch.count, wts, sh);  // float64 (as a bound: within 2^-31)
+  if (threadIdx.x == 0) summaries[blockIdx.x] = s;
 }
 
 static_assert(kMaxChunks <= kThreads * 4, "a block scans a row's chunk bounds, 4 per thread");
@@ -709,7 +699,7 @@ void launch_flags(const DrawCall& call, const Weights& wts) {
   at::Tensor keep;
   const auto [summaries] = scratch_arrays<Summary>(keep, call.x.options(), {call.rows * chunks});
   summarize_kernel<scalar_t, Weights><<<call.rows * chunks, kThreads, 0, call.stream>>>(
-      call.x.const_data_ptr<scalar_t>(), call.n, 0, chunks, chunk_items, wts, summaries, nullptr);
+      call.x.const_data_ptr<scalar_t>(), call.n, 0, chunks, chunk_items, wts, 0.0f, summaries, nullptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   row_flags_kernel<Weights><<<ceil_div(call.rows, kThreads), kThreads, 0, call.stream>>>(summaries, call.rows, chunks,
                                                                                        call.status);
@@ -734,8 +724,8 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
     // (else the exact summary serves).
     const double c = call.logits ? 1.4426950408889634 * call.inv_temperature : 0.0;
     const float log2e_over_t = c > 0x1.0p-100 && c < 0x1.0p100 ? static_cast<float>(c) : 0.0f;
-    bounds_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts, call.k,
-                                                                         log2e_over_t, summaries, call.out);
+    summarize_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, call.k, chunks, chunk_items,
+                                                                            wts, log2e_over_t, summaries, call.out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     one_draw_kernel<scalar_t, Weights><<<call.rows * call.k, kThreads, 0, call.stream>>>(
         x, call.n, call.rows, call.k, chunks, chunk_items, wts, summaries, call.philox, call.out, call.status);
@@ -743,7 +733,7 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
     return;
   }
   summarize_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, call.k, chunks, chunk_items,
-                                                                          wts, summaries, call.out);
+                                                                          wts, 0.0f, summaries, call.out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   units_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts,
                                                                       summaries, chunk_total);
@@ -785,7 +775,7 @@ void launch_cdf_search(const DrawCall& call, const Weights& wts, int64_t chunks)
   } else {
     const int64_t chunk_items = ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
     summarize_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, 0, chunks, chunk_items, wts,
-                                                                            summaries, nullptr);
+                                                                            0.0f, summaries, nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     units_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, chunks, chunk_items, wts,
                                                                         summaries, chunk_total);
