@@ -295,6 +295,28 @@ def test_cpu_inverse_cdf_paths_law(shape, k, dtype):
     assert g_test_pvalue(counts, w.to(dtype).double()) > P_MIN
 
 
+@pytest.mark.parametrize("shape,k,dtype,logits", [((8, 70_000), 4, torch.float32, False),
+                                                  ((1, 40_000), 8, torch.bfloat16, False),
+                                                  ((20, 20_000), 4, torch.float32, False),
+                                                  ((20, 20_000), 3, torch.float32, True)])
+def test_cpu_draws_against_bounds_law(shape, k, dtype, logits):
+    """CPU, a few draws from long rows against the bounds of chunks (few rows) or of
+    stretches of 2,048 items (a task per row): 4e5 draws pooled, with whole stretches and
+    a whole chunk of zero weights (bounds of a few units, whose points are rejected)."""
+    g = torch.Generator().manual_seed(64)
+    w = torch.rand(shape[-1], generator=g, dtype=torch.float64) ** 4
+    w[::4] = 0
+    w[2048:8192] = 0
+    w[-9000:] = 0
+    x = (torch.where(w > 0, w.log(), -math.inf) if logits else w).to(dtype).expand(shape).contiguous()
+    law = torch.where(w > 0, x[0].double().exp(), 0.0) if logits else x[0].double()
+    gen = torch.Generator().manual_seed(65)
+    draw = (lambda: torch_wrs.sample_logits(x, k, generator=gen)) if logits else \
+        (lambda: torch_wrs.multinomial(x, k, True, generator=gen))
+    counts = sum(torch.bincount(draw().reshape(-1), minlength=shape[-1]) for _ in range(-(-400_000 // (shape[0] * k))))
+    assert g_test_pvalue(counts, law) > P_MIN
+
+
 def test_cpu_float16_draws_are_the_float32_copys():
     """CPU float16 is converted to float32 (exactly) into a buffer the thread keeps between
     calls: the draws equal those of the float32 copy, for every method, whatever size the

@@ -353,10 +353,11 @@ __global__ void __launch_bounds__(kThreads)
 // Attempt a of draw d (sample s of row r: d = r k + s) takes Philox subsequence
 // d + a rows k (one block), so one draw's points are those of one draw before. Valid
 // rows accept with probability above 1 - 2^-10 per attempt (the bounds' margins, and
-// count + 2 units a chunk for rounding, against n 2^32 units a row), so kMaxAttempts
+// count + 2 units a chunk for rounding, against n 2^32 units a row), so kMaxBoundAttempts
 // attempts all fail with probability below 2^-160; the row then keeps item 0 (a bias
 // far below the quantized law's 2^-33). Rows of invalid values (flagged, raised outside
-// capture) stop there too, with an item in range.
+// capture) stop there too, with an item in range (laws.h: chunk_units_bound,
+// kMaxBoundAttempts).
 //
 // A block per draw reads one chunk; past 32 draws a row, or 2,048 draws in all, the
 // blocks per chunk of draw_kernel (after the units pass), which read each chunk once for
@@ -364,24 +365,8 @@ __global__ void __launch_bounds__(kThreads)
 // 64 x 32,000, k = 8: 46.5 / 31.8, k = 32: 48.8 / 46.0; 64 x 128,256, k = 32: 67.3 /
 // 62.6; 256 x 32,000, k = 8: 66.4 / 60.9, k = 16: 71.6 / 87.2; 256 x 128,256, k = 32:
 // 183 / 234.
-constexpr int kMaxAttempts = 16;
 constexpr int64_t kMaxBoundedDraws = 32;
 constexpr int64_t kMaxBoundedDrawBlocks = 2048;
-
-// Rigorous upper bound on the units of a chunk of `count` items whose weights exp(x / T -
-// law.shift) (probabilities: x) sum to at most b.sum exp(b.shift - law.shift): each Q_i
-// is w_i * scale rounded (relative error 2^-52 in the product, half a unit in the
-// rounding), and the factor 1 + 2^-30 covers the float64 sums' and exps' roundings
-// behind b (chunks of up to 2^21 items: 2^-31). Invalid values (NaN, inf, negative sums)
-// give count + 2, in range.
-__device__ inline uint64_t chunk_units_bound(const Summary& b, int64_t count, const RowLaw& law) {
-  const double w = b.sum > 0 ? b.sum * ::exp(b.shift - law.shift) : 0.0;
-  const double units = ::ldexp(w, -law.scale.exponent) * law.scale.scale * (1.0 + 0x1.0p-30);
-  const double slack = static_cast<double>(count) + 2.0;
-  // A valid row's units are below n 2^32 < 2^63, its bounds' sum within the margins of
-  // that; NaN fails the test.
-  return static_cast<uint64_t>(units >= 0.0 && units < 0x1.0p63 ? units + slack : slack);
-}
 
 // Fast logit bound for 32- and 16-bit logits: one read in float, where the exact summary
 // takes a float64 exp per item. Each thread keeps its largest x, m, and s = sum of
@@ -509,7 +494,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();  // sh.tmp held the summary reduction
   UnitsScan(sh.tmp.scan).ExclusiveSum(bound, start, total);
   const PhiloxSeed seed = philox_seed(philox);
-  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+  for (int attempt = 0; attempt < kMaxBoundAttempts; ++attempt) {
     if (threadIdx.x == 0) {
       const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(draw + attempt * rows * k));
       point = uniform_point(r.x, r.y, total);

@@ -113,6 +113,29 @@ C10_HOST_DEVICE inline uint64_t units(const Weights& wts, double x, const RowLaw
   return alias::quantize(wts.weight(x, law.shift), law.scale, n);
 }
 
+// Draws against bounds (one draw a row from long rows, CPU and CUDA): a point of
+// [0, sum B_c) over upper bounds B_c of chunks' units is kept where it falls within its
+// chunk's exact units, else drawn again, so each item is drawn with probability
+// proportional to Q_i whatever the bounds, as long as they bound. Up to this many
+// attempts (each accepting above 1 - 2^-10 on valid rows: all fail below 2^-160; the draw
+// then stays item 0, far below the 2^-33 above).
+constexpr int kMaxBoundAttempts = 16;
+
+// Upper bound on the units of a chunk of `count` items whose weights exp(x / T -
+// law.shift) (probabilities: x) sum to at most b.sum exp(b.shift - law.shift): each Q_i
+// is w_i * scale rounded (relative error 2^-52 in the product, half a unit in the
+// rounding), and the factor 1 + 2^-30 covers the float64 sums' and exps' roundings
+// behind b (chunks of up to 2^21 items: 2^-31). Invalid values (NaN, inf, negative sums)
+// give count + 2, in range.
+C10_HOST_DEVICE inline uint64_t chunk_units_bound(const Summary& b, int64_t count, const RowLaw& law) {
+  const double w = b.sum > 0 ? b.sum * ::exp(b.shift - law.shift) : 0.0;
+  const double units = ::ldexp(w, -law.scale.exponent) * law.scale.scale * (1.0 + 0x1.0p-30);
+  const double slack = static_cast<double>(count) + 2.0;
+  // A valid row's units are below n 2^32 < 2^63, its bounds' sum within the margins of
+  // that; NaN fails the test.
+  return static_cast<uint64_t>(units >= 0.0 && units < 0x1.0p63 ? units + slack : slack);
+}
+
 // A uniform point of [0, total) from 64 random bits (the high half of r * total: no
 // modulo bias).
 C10_HOST_DEVICE inline uint64_t uniform_point(uint32_t lo, uint32_t hi, uint64_t total) {

@@ -6,7 +6,13 @@
 //
 // | replacement   | shape (n items per row, k draws)  | method        | why                                       |
 // | ------------- | --------------------------------- | ------------- | ----------------------------------------- |
-// | yes, or k = 1 | 16 k < n                          | inverse CDF,  | a sum pass, then k sorted points found by |
+// | yes, or k = 1 | n >= 8,192 and k stretches of     | draws against | a sum pass keeping a summary per stretch  |
+// |               | 2,048 items within the row; few   | bounds        | (few rows: per chunk), then each draw     |
+// |               | rows: k chunks within twice it    |               | against the stretches' bounds, scanning   |
+// |               |                                   |               | only its own, with rejection (laws.h):    |
+// |               |                                   |               | no pass quantizes the whole row (64 x     |
+// |               |                                   |               | 128,256, k = 8: 1.55 against 0.83 ms)     |
+// | yes, or k = 1 | other 16 k < n                    | inverse CDF,  | a sum pass, then k sorted points found by |
 // |               |                                   | sorted points | one partial scan (a few long rows: chunk  |
 // |               |                                   |               | tasks, each block's units kept, only the  |
 // |               |                                   |               | blocks with a point rescanned); no table, |
@@ -193,9 +199,13 @@ inline WRS_INLINE Summary summarize(const scalar_t* p, int64_t count, const Prob
   return probability_summary(sum[0], low[0]);
 }
 
+// The rows' summaries, and each chunk's in `chunk` (given, to keep them).
 template <typename scalar_t, typename Weights>
-std::vector<Summary> row_summaries(const scalar_t* x, const Chunks& ch, const Weights& wts) {
-  std::vector<Summary> chunk(ch.tasks());
+std::vector<Summary> row_summaries(const scalar_t* x, const Chunks& ch, const Weights& wts,
+                                   std::vector<Summary>* chunks = nullptr) {
+  std::vector<Summary> own;
+  std::vector<Summary>& chunk = chunks != nullptr ? *chunks : own;
+  chunk.resize(ch.tasks());
   at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
     run_widest([&](auto lanes) WRS_INLINE {  // once per task: short rows pay no call each
       for (int64_t t = t0; t < t1; ++t) {
@@ -203,7 +213,7 @@ std::vector<Summary> row_summaries(const scalar_t* x, const Chunks& ch, const We
       }
     });
   });
-  if (ch.per_row == 1) return chunk;  // rows of one chunk: no second vector (1,048,576 x 4: 24 MB of fresh pages)
+  if (ch.per_row == 1 && chunks == nullptr) return chunk;  // rows of one chunk: no second vector (1,048,576 x 4: 24 MB of fresh pages)
   std::vector<Summary> rows(ch.rows, Weights::empty());
   for (int64_t t = 0; t < ch.tasks(); ++t) rows[ch.row(t)] = Weights::combine(rows[ch.row(t)], chunk[t]);
   return rows;
@@ -388,6 +398,46 @@ inline int64_t upper_bound_select(const uint64_t* c, int64_t n, uint64_t at) {
   return (base - c) + (*base <= at);
 }
 
+// Draw s of a long row against bounds (laws.h: chunk_units_bound): the row's stretches of
+// `stretch` items each have a summary, whose bound on the stretch's units takes the
+// place of its exact units; a point of [0, sum of bounds) is kept where it falls within
+// its stretch's exact units (the stretch quantized up to it, a block of kUnitBlock items
+// at a time), else drawn again. Attempt a takes Philox subsequence d + a rows k (d = row
+// k + s; attempt 0's block is `first`), as the CUDA kernel does. The row's other
+// stretches are never quantized: a few draws from a long row cost a summary pass and a
+// stretch each, where the exact totals took a second pass over the row.
+struct StretchBounds {
+  std::vector<uint64_t> end;  // the stretches' bounds, summed: end[b] = B_0 + ... + B_b
+};
+
+template <typename Weights>
+void bound_stretches(const Summary* stretch, int64_t n, int64_t items, const RowLaw& law, StretchBounds& b) {
+  const int64_t count = (n + items - 1) / items;
+  b.end.resize(count);
+  uint64_t through = 0;
+  for (int64_t j = 0; j < count; ++j) b.end[j] = through += chunk_units_bound(stretch[j], std::min(items, n - j * items), law);
+}
+
+template <typename scalar_t, typename Weights>
+int64_t draw_against_bounds(const scalar_t* x, int64_t n, int64_t items, const Quantizer<Weights>& quantize,
+                            const StretchBounds& b, const at::detail::UINT4& first, const PhiloxSeed& seed,
+                            uint64_t draw, uint64_t draws) {
+  const int64_t count = static_cast<int64_t>(b.end.size());
+  const uint64_t total = b.end[count - 1];
+  at::detail::UINT4 bits = first;
+  for (int attempt = 0; attempt < kMaxBoundAttempts; ++attempt) {
+    if (attempt > 0) bits = philox_block(seed, draw + static_cast<uint64_t>(attempt) * draws);
+    const uint64_t at = uniform_point(bits[0], bits[1], total);
+    const int64_t j = upper_bound_select(b.end.data(), count, at);
+    const uint64_t start = j == 0 ? 0 : b.end[j - 1];
+    const Point pt{at - start, 0};
+    int64_t found = 0, item = 0;
+    scan_points(x + j * items, std::min(items, n - j * items), j * items, quantize, 0, &pt, 1, found, &item);
+    if (found == 1) return item;
+  }
+  return 0;  // all attempts rejected: probability below 2^-160 for valid rows
+}
+
 // Rows of up to this many items find a point's item by counting the prefix sums at or
 // below it: no branch, where a binary search mispredicts about one branch in two.
 constexpr int64_t kCountSearchItems = 32;
@@ -480,6 +530,35 @@ void draw_chunked(const Request& r, const Chunks& ch, const scalar_t* x, const s
   at::parallel_for(0, ch.tasks(), ch.grain(), scan_chunks);
 }
 
+// A few draws from a few long rows (k chunks' items within twice the row): each draw
+// against the chunks' bounds, scanning about half a chunk, where the exact totals took a
+// units pass over every chunk (draw_chunked). Draws run side by side, few inline.
+template <typename scalar_t, typename Weights>
+void draw_chunks_against_bounds(const Request& r, const Chunks& ch, const scalar_t* x,
+                                const std::vector<Quantizer<Weights>>& quantize, const std::vector<Summary>& chunk,
+                                const PhiloxSeed& seed, int64_t* out) {
+  std::vector<StretchBounds> bounds(r.rows);
+  for (int64_t row = 0; row < r.rows; ++row) {
+    bound_stretches<Weights>(chunk.data() + row * ch.per_row, r.n, ch.items, quantize[row].law, bounds[row]);
+  }
+  const int64_t draws = r.rows * r.k;
+  const auto draw = [&](int64_t d0, int64_t d1) {
+    PhiloxBlocks blocks(seed, static_cast<uint64_t>(d0), static_cast<uint64_t>(d1));
+    for (int64_t d = d0; d < d1; ++d) {
+      const int64_t row = d / r.k;
+      out[d] = draw_against_bounds(x + row * r.n, r.n, ch.items, quantize[row], bounds[row], blocks(), seed,
+                                   static_cast<uint64_t>(d), static_cast<uint64_t>(draws));
+    }
+  };
+  if (draws <= kInlineScanPoints) return draw(0, draws);
+  at::parallel_for(0, draws, 1, draw);
+}
+
+// Rows of one task each from this many items, with k stretches within the row, draw
+// against the bounds of stretches of kBoundStretch items (draw_against_bounds).
+constexpr int64_t kBoundStretch = 2048;
+constexpr int64_t kBoundedRowsFrom = 4 * kBoundStretch;
+
 // Rows fewer than this, each longer than a chunk, are cut into chunk tasks.
 constexpr int64_t kChunkedRows = 16;
 // A single row of more than 2 kOneRowChunk items is cut into chunks of that size, so that
@@ -493,10 +572,12 @@ void draw_inverse_cdf(const Request& r, const scalar_t* x, const Weights& wts, c
   const bool one_long_row = r.rows == 1 && r.n > 2 * kOneRowChunk;
   const Chunks ch(r.rows, r.n, one_long_row ? kOneRowChunk : kChunk);
   if (r.rows < kChunkedRows && ch.per_row > 1) {
-    const std::vector<Summary> summary = row_summaries(x, ch, wts);
+    std::vector<Summary> chunk;
+    const std::vector<Summary> summary = row_summaries(x, ch, wts, &chunk);
     raise_rows(r, summary);
     std::vector<Quantizer<Weights>> quantize(r.rows);
     for (int64_t row = 0; row < r.rows; ++row) quantize[row] = {wts, row_law<Weights>(summary[row], r.n), r.n};
+    if (r.k * ch.items <= 2 * r.n) return draw_chunks_against_bounds(r, ch, x, quantize, chunk, seed, out);
     return draw_chunked(r, ch, x, quantize, seed, out);
   }
   // Rows of one chunk each: a task sums its rows (one vector call for them all), then draws
@@ -504,24 +585,49 @@ void draw_inverse_cdf(const Request& r, const scalar_t* x, const Weights& wts, c
   // was two parallel regions and two reads (64 x 18, k = 2: 1.07x torch). A row with bad
   // values is not drawn from, and the call raises once every task is done.
   const bool prefix = 16 * r.k >= r.n;  // points dense enough that sorting them costs more
+  // Long rows, few draws: a summary per stretch, and the draws against their bounds.
+  const bool bounded = !prefix && r.n >= kBoundedRowsFrom && r.k * kBoundStretch <= r.n;
+  const int64_t stretches = bounded ? (r.n + kBoundStretch - 1) / kBoundStretch : 0;
   std::atomic<uint32_t> flags{0};
   at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
     std::vector<Summary> summary(b1 - b0);
+    std::vector<Summary> stretch(stretches);
+    StretchBounds bounds;
     run_widest([&](auto lanes) WRS_INLINE {  // once per task: short rows pay no call each
-      for (int64_t row = b0; row < b1; ++row) summary[row - b0] = summarize<decltype(lanes)>(x + row * r.n, r.n, wts);
+      for (int64_t row = b0; row < b1 && !bounded; ++row) {
+        summary[row - b0] = summarize<decltype(lanes)>(x + row * r.n, r.n, wts);
+      }
     });
     std::vector<Point> pts(prefix ? 0 : r.k);
     std::vector<uint64_t> sums;
     PhiloxBlocks blocks = sample_blocks(seed, b0, b1, r.k);
     uint32_t seen = 0;
     for (int64_t row = b0; row < b1; ++row) {
+      if (bounded) {  // the row's stretches, while the row is drawn from next
+        const scalar_t* p = x + row * r.n;
+        run_widest([&](auto lanes) WRS_INLINE {
+          Summary all = Weights::empty();
+          for (int64_t j = 0; j < stretches; ++j) {
+            stretch[j] = summarize<decltype(lanes)>(p + j * kBoundStretch, std::min(kBoundStretch, r.n - j * kBoundStretch), wts);
+            all = Weights::combine(all, stretch[j]);
+          }
+          summary[row - b0] = all;
+        });
+      }
       const uint32_t row_flags = summary_flags(summary[row - b0]);
       seen |= row_flags;
       if (seen != 0) continue;  // the call raises: no draw is used
       // Each row's law where its task draws: a vector of them, made on one thread, was a
       // quarter of 1,048,576 rows of 4 (and 48 MB of fresh pages).
       const Quantizer<Weights> quantize{wts, row_law<Weights>(summary[row - b0], r.n), r.n};
-      if (prefix) {
+      if (bounded) {
+        bound_stretches<Weights>(stretch.data(), r.n, kBoundStretch, quantize.law, bounds);
+        for (int64_t s = 0; s < r.k; ++s) {
+          out[row * r.k + s] = draw_against_bounds(x + row * r.n, r.n, kBoundStretch, quantize, bounds, blocks(), seed,
+                                                   static_cast<uint64_t>(row * r.k + s),
+                                                   static_cast<uint64_t>(r.rows * r.k));
+        }
+      } else if (prefix) {
         draw_row_prefix(x + row * r.n, r.n, r.k, quantize, blocks, sums, out + row * r.k);
       } else {
         draw_row(x + row * r.n, r.n, row, r.k, quantize, seed, blocks, pts.data(), out + row * r.k);
