@@ -199,13 +199,9 @@ inline WRS_INLINE Summary summarize(const scalar_t* p, int64_t count, const Prob
   return probability_summary(sum[0], low[0]);
 }
 
-// The rows' summaries, and each chunk's in `chunk` (given, to keep them).
 template <typename scalar_t, typename Weights>
-std::vector<Summary> row_summaries(const scalar_t* x, const Chunks& ch, const Weights& wts,
-                                   std::vector<Summary>* chunks = nullptr) {
-  std::vector<Summary> own;
-  std::vector<Summary>& chunk = chunks != nullptr ? *chunks : own;
-  chunk.resize(ch.tasks());
+std::vector<Summary> row_summaries(const scalar_t* x, const Chunks& ch, const Weights& wts) {
+  std::vector<Summary> chunk(ch.tasks());
   at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
     run_widest([&](auto lanes) WRS_INLINE {  // once per task: short rows pay no call each
       for (int64_t t = t0; t < t1; ++t) {
@@ -213,7 +209,7 @@ std::vector<Summary> row_summaries(const scalar_t* x, const Chunks& ch, const We
       }
     });
   });
-  if (ch.per_row == 1 && chunks == nullptr) return chunk;  // rows of one chunk: no second vector (1,048,576 x 4: 24 MB of fresh pages)
+  if (ch.per_row == 1) return chunk;  // rows of one chunk: no second vector (1,048,576 x 4: 24 MB of fresh pages)
   std::vector<Summary> rows(ch.rows, Weights::empty());
   for (int64_t t = 0; t < ch.tasks(); ++t) rows[ch.row(t)] = Weights::combine(rows[ch.row(t)], chunk[t]);
   return rows;
@@ -530,23 +526,49 @@ void draw_chunked(const Request& r, const Chunks& ch, const scalar_t* x, const s
   at::parallel_for(0, ch.tasks(), ch.grain(), scan_chunks);
 }
 
-// A few draws from a few long rows (k chunks' items within twice the row): each draw
-// against the chunks' bounds, scanning about half a chunk, where the exact totals took a
-// units pass over every chunk (draw_chunked). Draws run side by side, few inline.
+// Stretches of kBoundStretch items: a few draws from a long row each scan one (about half
+// of it) against the bounds of all (draw_against_bounds). Chunks hold whole stretches.
+constexpr int64_t kBoundStretch = 2048;
+
+// The summaries of each row's stretches (chunk tasks), and the rows' own from them.
 template <typename scalar_t, typename Weights>
-void draw_chunks_against_bounds(const Request& r, const Chunks& ch, const scalar_t* x,
-                                const std::vector<Quantizer<Weights>>& quantize, const std::vector<Summary>& chunk,
-                                const PhiloxSeed& seed, int64_t* out) {
+std::vector<Summary> stretch_summaries(const scalar_t* x, const Chunks& ch, const Weights& wts,
+                                       std::vector<Summary>& stretch) {
+  const int64_t per_row = (ch.n + kBoundStretch - 1) / kBoundStretch;
+  stretch.resize(ch.rows * per_row);
+  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+    run_widest([&](auto lanes) WRS_INLINE {
+      for (int64_t t = t0; t < t1; ++t) {
+        const scalar_t* p = x + ch.row(t) * ch.n;
+        for (int64_t i = ch.first(t); i < ch.first(t) + ch.count(t); i += kBoundStretch) {
+          stretch[ch.row(t) * per_row + i / kBoundStretch] =
+              summarize<decltype(lanes)>(p + i, std::min(kBoundStretch, ch.n - i), wts);
+        }
+      }
+    });
+  });
+  std::vector<Summary> rows(ch.rows, Weights::empty());
+  for (int64_t j = 0; j < ch.rows * per_row; ++j) rows[j / per_row] = Weights::combine(rows[j / per_row], stretch[j]);
+  return rows;
+}
+
+// A few draws from a few long rows (k stretches within twice the row): each draw against
+// the stretches' bounds, where the exact totals took a units pass over every chunk
+// (draw_chunked). Draws run side by side, few inline.
+template <typename scalar_t, typename Weights>
+void draw_stretches_against_bounds(const Request& r, const scalar_t* x, const std::vector<Quantizer<Weights>>& quantize,
+                                   const std::vector<Summary>& stretch, const PhiloxSeed& seed, int64_t* out) {
+  const int64_t per_row = (r.n + kBoundStretch - 1) / kBoundStretch;
   std::vector<StretchBounds> bounds(r.rows);
   for (int64_t row = 0; row < r.rows; ++row) {
-    bound_stretches<Weights>(chunk.data() + row * ch.per_row, r.n, ch.items, quantize[row].law, bounds[row]);
+    bound_stretches<Weights>(stretch.data() + row * per_row, r.n, kBoundStretch, quantize[row].law, bounds[row]);
   }
   const int64_t draws = r.rows * r.k;
   const auto draw = [&](int64_t d0, int64_t d1) {
     PhiloxBlocks blocks(seed, static_cast<uint64_t>(d0), static_cast<uint64_t>(d1));
     for (int64_t d = d0; d < d1; ++d) {
       const int64_t row = d / r.k;
-      out[d] = draw_against_bounds(x + row * r.n, r.n, ch.items, quantize[row], bounds[row], blocks(), seed,
+      out[d] = draw_against_bounds(x + row * r.n, r.n, kBoundStretch, quantize[row], bounds[row], blocks(), seed,
                                    static_cast<uint64_t>(d), static_cast<uint64_t>(draws));
     }
   };
@@ -555,8 +577,7 @@ void draw_chunks_against_bounds(const Request& r, const Chunks& ch, const scalar
 }
 
 // Rows of one task each from this many items, with k stretches within the row, draw
-// against the bounds of stretches of kBoundStretch items (draw_against_bounds).
-constexpr int64_t kBoundStretch = 2048;
+// against the bounds of their stretches too.
 constexpr int64_t kBoundedRowsFrom = 4 * kBoundStretch;
 
 // Rows fewer than this, each longer than a chunk, are cut into chunk tasks.
@@ -566,18 +587,20 @@ constexpr int64_t kChunkedRows = 16;
 // on one thread, 2.9x on two). Two rows of 20,000 already take a thread each (3.8x;
 // 3.3x cut into chunks), and a row of 10,000 gained nothing.
 constexpr int64_t kOneRowChunk = int64_t(1) << 13;
+static_assert(kChunk % kBoundStretch == 0 && kOneRowChunk % kBoundStretch == 0, "chunks of whole stretches");
 
 template <typename scalar_t, typename Weights>
 void draw_inverse_cdf(const Request& r, const scalar_t* x, const Weights& wts, const PhiloxSeed& seed, int64_t* out) {
   const bool one_long_row = r.rows == 1 && r.n > 2 * kOneRowChunk;
   const Chunks ch(r.rows, r.n, one_long_row ? kOneRowChunk : kChunk);
   if (r.rows < kChunkedRows && ch.per_row > 1) {
-    std::vector<Summary> chunk;
-    const std::vector<Summary> summary = row_summaries(x, ch, wts, &chunk);
+    const bool bounded = r.k * kBoundStretch <= 2 * r.n;
+    std::vector<Summary> stretch;
+    const std::vector<Summary> summary = bounded ? stretch_summaries(x, ch, wts, stretch) : row_summaries(x, ch, wts);
     raise_rows(r, summary);
     std::vector<Quantizer<Weights>> quantize(r.rows);
     for (int64_t row = 0; row < r.rows; ++row) quantize[row] = {wts, row_law<Weights>(summary[row], r.n), r.n};
-    if (r.k * ch.items <= 2 * r.n) return draw_chunks_against_bounds(r, ch, x, quantize, chunk, seed, out);
+    if (bounded) return draw_stretches_against_bounds(r, x, quantize, stretch, seed, out);
     return draw_chunked(r, ch, x, quantize, seed, out);
   }
   // Rows of one chunk each: a task sums its rows (one vector call for them all), then draws
