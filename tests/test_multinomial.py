@@ -300,9 +300,9 @@ def test_cpu_inverse_cdf_paths_law(shape, k, dtype):
                                                   ((20, 20_000), 4, torch.float32, False),
                                                   ((20, 20_000), 3, torch.float32, True)])
 def test_cpu_draws_against_bounds_law(shape, k, dtype, logits):
-    """CPU, a few draws from long rows against the bounds of chunks (few rows) or of
-    stretches of 2,048 items (a task per row): 4e5 draws pooled, with whole stretches and
-    a whole chunk of zero weights (bounds of a few units, whose points are rejected)."""
+    """CPU, a few draws from long rows against the bounds of stretches of 2,048 items
+    (few rows cut into chunk tasks, or a task per row): 4e5 draws pooled, with whole
+    stretches of zero weights (bounds of a few units, whose points are rejected)."""
     g = torch.Generator().manual_seed(64)
     w = torch.rand(shape[-1], generator=g, dtype=torch.float64) ** 4
     w[::4] = 0
