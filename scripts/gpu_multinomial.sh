@@ -9,7 +9,7 @@ TESTS="tests/test_multinomial.py tests/test_sample_logits.py tests/test_alias_sa
 timeout 300 python3 -m pytest -q -p no:cacheprovider $TESTS -k "cuda or gpu" 2>&1 | tee "$LOG/tests.log" | tail -15
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
   python3 -m pytest -q -p no:cacheprovider tests/test_multinomial.py tests/test_sample_logits.py \
-  -k "(cuda or gpu) and not capture and (errors or shapes or every_float or out_and or foreign or empty or reproduces or law_per_row or float_keys or (two_pass and 64) or (floor and draws_the_keys and probs) or (one_draw_over_chunks_never and 4194309) or over_chunks_huge)" \
+  -k "(cuda or gpu) and not capture and (errors or shapes or every_float or out_and or foreign or empty or reproduces or law_per_row or float_keys or (two_pass and 64) or (floor and draws_the_keys and probs) or (one_draw_over_chunks_never and 4194309) or over_chunks_huge or (threshold_candidates and (100_003 or 20000)))" \
   > "$LOG/sanitizer.log" 2>&1
 echo "sanitizer rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/sanitizer.log" | tail -2 | tr '\n' ' ')"
 if [ "${1:-}" = sweep ]; then

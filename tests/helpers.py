@@ -118,12 +118,15 @@ def weight_cases(generator=None):
     return cases
 
 
-def every_key_draws(sample, x, k, seed):
+def every_key_draws(sample, x, k, seed, logits=False):
     """The first k draws without replacement of the method that writes every item's race
     key and ranks them all with torch.topk: asked for more than 64 draws and more than
-    n / 64 (where chunk maxima would serve). Every method draws item quad q of row r from
-    Philox subsequence r * quads + q, so with the same seed the first k draws agree."""
-    k_all = max(k, 65, x.shape[-1] // 64 + 1)
+    n / 8 (where a sampled threshold or chunk maxima would serve), or, from rows with
+    fewer nonzero weights, for all of them (a sampled threshold then finds too few
+    candidates and every float64 key is ranked). Every method draws item quad q of row r
+    from Philox subsequence r * quads + q, so with the same seed the first k draws agree."""
+    nonzero = int(((x > -math.inf) if logits else (x > 0)).sum(-1).min())
+    k_all = max(k, 65, min(x.shape[-1] // 8 + 1, nonzero))
     return sample(x, k_all, generator=torch.Generator("cuda").manual_seed(seed))[..., :k]
 
 

@@ -512,7 +512,7 @@ def _assert_draws_the_keys(x, k, law, seed):
     """Draws without replacement from x (probabilities, or logits at temperature 0.6) are
     exactly the first k of the keys that every-key-and-torch.topk ranks, no index twice."""
     sample = _without_replacement if law == "probs" else _logits_without_replacement
-    reference = every_key_draws(sample, x, k, seed)
+    reference = every_key_draws(sample, x, k, seed, logits=law != "probs")
     ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(seed))
     assert torch.equal(ours, reference[:, :k])
     assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
@@ -561,7 +561,7 @@ def test_gpu_one_draw_race_equals_the_keys_and_torch_topk(rows, n, dtype):
         one = torch_wrs.multinomial(x, 1, replacement, generator=torch.Generator("cuda").manual_seed(5))
         assert torch.equal(one, reference), replacement
     logits = _logits_with_minus_inf(rows, n, g, dtype)
-    reference = every_key_draws(_logits_without_replacement, logits, 1, 7)
+    reference = every_key_draws(_logits_without_replacement, logits, 1, 7, logits=True)
     one = torch_wrs.sample_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
     assert torch.equal(one, reference)
 
@@ -602,7 +602,7 @@ def test_gpu_thread_rows_from_many_rows_equal_the_keys_and_torch_topk(rows, n, d
         assert torch.equal(ours, reference[:, :k]), k
     del x, w, reference
     logits = _logits_with_minus_inf(rows, n, g, dtype)
-    reference = every_key_draws(_logits_without_replacement, logits, 8, 7)
+    reference = every_key_draws(_logits_without_replacement, logits, 8, 7, logits=True)
     one = torch_wrs.sample_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
     assert torch.equal(one, reference[:, :1])
     eight = _logits_without_replacement(logits, 8, torch.Generator("cuda").manual_seed(7))
@@ -779,12 +779,13 @@ def test_gpu_float_keys_rank_as_the_float64_keys(rows, n, k, zeros, logits):
 @pytest.mark.parametrize("k", [65, 100, 1024])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_chunk_maxima_equal_the_keys_and_torch_topk(layout, k, dtype):
-    """k > 64 over rows of at least 64 k and 2^20 items, 2^26 items in all: each chunk's
-    largest key, then only the keys of the k chunks with the largest. Layouts where one
-    chunk holds many of the top k (a run of heavy items), where fewer chunks than k hold a
-    nonzero weight (600 aligned runs of 32), where the keys fall along the row, or where
-    all weights are equal; rows whose last chunk and quad are partial. The draws are
-    exactly the first k of the keys that every-key-and-torch.topk ranks."""
+    """k > 64 over rows of at least 64 k and 2^20 items, 2^26 items in all, while a CUDA
+    graph is captured: each chunk's largest key, then only the keys of the k chunks with
+    the largest. Layouts where one chunk holds many of the top k (a run of heavy items),
+    where fewer chunks than k hold a nonzero weight (600 aligned runs of 32), where the
+    keys fall along the row, or where all weights are equal; rows whose last chunk and
+    quad are partial. The draws are exactly the first k of the keys that every float64
+    key and torch.topk rank (captured too; each replay from the same seed)."""
     rows, n = 3, (1 << 20) + 3
     g = torch.Generator().manual_seed(k)
     if layout == "run":
@@ -800,9 +801,56 @@ def test_gpu_chunk_maxima_equal_the_keys_and_torch_topk(layout, k, dtype):
     else:
         w = torch.ones(rows, n)
     x = w.to(dtype).cuda().repeat(22, 1)  # 66 rows (each its own draws), 2^26 items or more
-    reference = every_key_draws(_without_replacement, x, k, 11)
-    ours = torch_wrs.multinomial(x, k, False, generator=torch.Generator("cuda").manual_seed(11))
+
+    def captured(x, k, generator=None):  # the default generator, seeded 11 for the replay
+        _without_replacement(x, k, None)  # warm-up outside capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            s = _without_replacement(x, k, None)
+        torch.cuda.manual_seed(11)
+        graph.replay()
+        return s
+
+    reference = every_key_draws(captured, x, k, 11)
+    ours = captured(x, k)
     assert torch.equal(ours, reference)
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", ["random", "run", "few_nonzero", "geometric", "flat", "logits"])
+@pytest.mark.parametrize("rows,n,k", [(5, 20_000, 100), (3, 100_003, 1024), (2, (1 << 20) + 3, 65_536)])
+def test_gpu_threshold_candidates_equal_the_keys_and_torch_topk(layout, rows, n, k):
+    """More than 64 draws, the candidates at most an eighth of the row: torch.topk ranks only
+    the keys above a threshold sampled from the row's. Layouts where the sample sees few of
+    the top keys (a run of heavy items), where the row has fewer nonzero weights than
+    candidates (k + 10: the row is flagged and every float64 key ranked; a row not flagged
+    would draw item 0, a zero weight, from the unfilled places), where the
+    keys fall along the row, all weights equal, and logits with -inf. The draws are exactly
+    the first k of the keys that every-key-and-torch.topk ranks."""
+    g = torch.Generator().manual_seed(n + k)
+    if layout == "random":
+        w = torch.rand(rows, n, generator=g)
+    elif layout == "run":
+        w = torch.rand(rows, n, generator=g) * 1e-6
+        w[:, n // 3:n // 3 + 2 * k] += 1 + torch.rand(rows, 2 * k, generator=g)
+    elif layout == "few_nonzero":
+        w = torch.zeros(rows, n)
+        at = 1 + torch.randperm(n - 1, generator=g)[:k + 10]  # item 0 (the unfilled places' item) is zero
+        w[:, at] = torch.rand(rows, k + 10, generator=g) + 0.1
+    elif layout == "geometric":
+        w = (1 - 8.0 / n) ** torch.arange(n, dtype=torch.float64).expand(rows, n)
+    elif layout == "flat":
+        w = torch.ones(rows, n)
+    else:
+        w = torch.randn(rows, n, generator=g) * 3
+        w[:, 5::7] = float("-inf")
+    x = w.float().cuda()
+    sample = _logits_without_replacement if layout == "logits" else _without_replacement
+    reference = every_key_draws(sample, x, k, 17, logits=layout == "logits")
+    ours = sample(x, k, generator=torch.Generator("cuda").manual_seed(17))
+    assert torch.equal(ours, reference)
+    assert (w[0].cuda()[ours] > -math.inf if layout == "logits" else w[0].cuda()[ours] > 0).all()
+    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
 
 
 @requires_cuda

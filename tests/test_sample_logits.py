@@ -240,7 +240,7 @@ def test_gpu_race_from_logits_equals_the_keys_and_torch_topk(rows, n, dtype):
     g = torch.Generator().manual_seed(n + 1)
     x = (torch.randn(rows, n, generator=g) * 4).to(dtype).cuda()
     x[:, 3::11] = float("-inf")
-    reference = every_key_draws(_logits_without_replacement, x, 100, 7)
+    reference = every_key_draws(_logits_without_replacement, x, 100, 7, logits=True)
     for k in (2, 8, 33, 64, 100):
         ours = torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False,
                                        generator=torch.Generator("cuda").manual_seed(7))

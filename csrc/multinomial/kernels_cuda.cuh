@@ -7,6 +7,8 @@
 #include <ATen/cuda/PhiloxCudaState.h>
 #include <cuda_runtime.h>
 
+#include <tuple>
+
 namespace wrs::multinomial {
 
 constexpr int kWarp = 32;
@@ -151,6 +153,13 @@ template <typename key_t>
 void race_keys(const DrawCall& call, key_t* keys, bool approx = false);
 void rank_candidates(const DrawCall& call, int64_t cands, bool approx, const float* cand_g, int64_t* cand_index,
                      double* cand_key);
+// Where the candidates are at most 1 / kThresholdItemsPerCandidate of the row:
+// threshold_candidates (threshold_cuda.cu) finds them, [rows, cands] by float key and
+// item, ranking only the keys above a threshold sampled from the row's. A row it misses
+// is flagged kFloatKeyTies.
+constexpr int64_t kThresholdItemsPerCandidate = 8;
+bool threshold_serves(int64_t n, int64_t cands);
+std::tuple<at::Tensor, at::Tensor> threshold_candidates(const DrawCall& call, const at::Tensor& keys, int64_t cands);
 // The same draws over rows of at least kChunkMaxItemsPerDraw k items, ranking far fewer
 // keys: each chunk's largest float64 key ([rows, ceil(n / chunk)]), then, once torch.topk
 // has picked the k chunks with the largest ([rows, k]), the keys of their items
@@ -161,7 +170,9 @@ void rank_candidates(const DrawCall& call, int64_t cands, bool approx, const flo
 // more than one over every key, so it serves rows of kChunkMaxRowFrom items or more,
 // kChunkMaxFromItems in all (measured, every key against chunk maxima: 8 x 2^24, k =
 // 1,024: 2.7 against 2.0 ms; 1 x 2^20: 0.21 against 0.52; 4,096 x 32,000, k = 256: 2.7
-// against 3.6).
+// against 3.6). Eager calls now take the sampled threshold, which ranks fewer keys still;
+// chunk maxima serve calls being captured, where no host read can follow up a row the
+// threshold missed.
 constexpr int64_t kChunkMaxItemsPerDraw = 64;
 constexpr int64_t kChunkMaxRowFrom = int64_t{1} << 20;
 constexpr int64_t kChunkMaxFromItems = int64_t{1} << 26;

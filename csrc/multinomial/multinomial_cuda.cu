@@ -78,15 +78,21 @@ namespace {
 // | no               | other k <= 64                          | warp top-k          | one read of race keys; few long rows in chunks,  |
 // |                  |                                        |                     | merged by a second kernel                        |
 // | no               | k > 64, n >= 64 k, n >= 2^20,          | chunk maxima +      | each chunk's largest key, torch.topk of those,   |
-// |                  | rows x n >= 2^26                       | torch.topk          | then of the k picked chunks' keys: two ranks of  |
+// |                  | rows x n >= 2^26, while capturing      | torch.topk          | then of the k picked chunks' keys: two ranks of  |
 // |                  |                                        |                     | about sqrt(n k) keys each instead of one of n    |
-// |                  |                                        |                     | (on fewer items the chunk pass and two calls     |
-// |                  |                                        |                     | cost more)                                       |
+// |                  |                                        |                     | (under capture no host read can send a row the   |
+// |                  |                                        |                     | threshold misses to the float64 keys)            |
 // | no               | other k > 64                           | keys + torch.topk   | one key pass, then torch's radix select (or its  |
 // |                  |                                        |                     | sort, for the whole row) over float keys (half   |
 // |                  |                                        |                     | the bytes of float64 keys; for k + 64 <= 2^14    |
 // |                  |                                        |                     | computed in float, no float64 log per item); the |
-// |                  |                                        |                     | near-ties among the first k + 64 by float64 key  |
+// |                  |                                        |                     | near-ties among the first k + 64 by float64 key. |
+// |                  |                                        |                     | Where those k + 64 are at most n / 8, only the   |
+// |                  |                                        |                     | keys above a threshold sampled from the row's    |
+// |                  |                                        |                     | (threshold_cuda.cu; H200, ms: 4,096 x 32,000,    |
+// |                  |                                        |                     | k = 1,024: 2.25 against 2.75; 256 x 128,256:     |
+// |                  |                                        |                     | 0.57 / 0.75; and than chunk maxima, 64 x 2^20,   |
+// |                  |                                        |                     | k = 1,024: 0.92 / 1.37; 8 x 2^24: 1.64 / 2.02)   |
 //
 // One draw without replacement is one draw with it, so k = 1 takes the with-replacement
 // rows, and one draw may take the race (laws.h: its law is within 2^-49 of the exact one
@@ -146,7 +152,7 @@ Method many_draws(const Request& r) {
   return few_per_item || few_in_all ? Method::kCdfSearch : Method::kAliasTables;
 }
 
-Method choose(const Request& r) {
+Method choose(const Request& r, bool capturing) {
   if (r.k == 1 && r.n <= kRaceThreadRowsUpTo) return Method::kThreadTopK;
   if (r.k == 1 && r.logits && r.n > kWarpLogitRowsUpTo && thread_rows_serve(r.rows, r.n, 1)) {
     return Method::kThreadTopK;
@@ -164,7 +170,7 @@ Method choose(const Request& r) {
   if (floor_topk_serves(r.rows, r.n, r.k)) return Method::kFloorTopK;
   if (two_pass_serves(r.rows, r.n, r.k, r.logits)) return Method::kTwoPassTopK;
   if (r.k <= kMaxTopK) return Method::kTopK;
-  return chunk_max_serves(r.rows, r.n, r.k) ? Method::kChunkMaxTopK : Method::kKeysTopK;
+  return capturing && chunk_max_serves(r.rows, r.n, r.k) ? Method::kChunkMaxTopK : Method::kKeysTopK;
 }
 
 // ORs a device int of flags into the status word.
@@ -195,8 +201,9 @@ at::Tensor rank_keys(const Request& r, const DrawCall& call, at::Tensor out, boo
     const bool approx = cands <= kMaxApproxCandidates && r.x.scalar_type() != at::kDouble &&
                         (!r.logits || r.inv_temperature <= 1e30);
     race_keys(call, g.mutable_data_ptr<float>(), approx);
-    auto [cand_g, cand_index] = cands == r.n ? g.sort(-1, /*descending=*/true)
-                                             : g.topk(cands, -1, /*largest=*/true, /*sorted=*/true);
+    auto [cand_g, cand_index] = cands == r.n                  ? g.sort(-1, /*descending=*/true)
+                                : threshold_serves(r.n, cands) ? threshold_candidates(call, g, cands)
+                                                               : g.topk(cands, -1, /*largest=*/true, /*sorted=*/true);
     at::Tensor cand_key = at::empty_like(cand_g, cand_g.options().dtype(at::kDouble));
     rank_candidates(call, cands, approx, cand_g.const_data_ptr<float>(), cand_index.mutable_data_ptr<int64_t>(),
                     cand_key.mutable_data_ptr<double>());
@@ -243,7 +250,7 @@ at::Tensor sample_cuda(const Request& r, std::optional<at::Generator> generator)
   const auto stream = at::cuda::getCurrentCUDAStream();
   StatusWord status(r.x.options(), stream);
   const bool capturing = status.capturing();
-  const Method method = choose(r);
+  const Method method = choose(r, capturing);
   // Race keys take two Philox blocks (8 draws) per subsequence, the others one.
   const bool race = method == Method::kRace || method == Method::kThreadTopK || method == Method::kTwoPassTopK || method == Method::kFloorTopK ||
                     method == Method::kTopK || method == Method::kChunkMaxTopK || method == Method::kKeysTopK;
