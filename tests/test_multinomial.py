@@ -317,6 +317,46 @@ def test_cpu_draws_against_bounds_law(shape, k, dtype, logits):
     assert g_test_pvalue(counts, law) > P_MIN
 
 
+@pytest.mark.parametrize("layout", ["random", "run", "few_nonzero", "flat", "logits"])
+@pytest.mark.parametrize("rows,n,k", [(1, 40_000, 128), (3, 50_000, 1024), (5, 20_000, 600)])
+def test_cpu_sampled_floor_draws_the_keys(layout, rows, n, k):
+    """Many draws without replacement from rows of at least 16,384 and 8 k items: a
+    floor under the k-th race key, sampled from the row's keys, rules out most items before
+    their log. Few rows (chunks, merged) and more rows (one task a row); a heavy run the
+    sample mostly misses, k + 10 nonzero weights, equal weights, logits with -inf. The
+    draws are exactly the first k of those asked for n / 8 + 1 draws (or every nonzero
+    weight), which take no floor. (A row left with fewer than k keys above its floor is
+    ranked again from none; with the floor's margin that happens about once in 30,000
+    rows, too rarely to reach here.)"""
+    g = torch.Generator().manual_seed(n + k)
+    if layout == "random":
+        w = torch.rand(rows, n, generator=g)
+    elif layout == "run":
+        w = torch.rand(rows, n, generator=g) * 1e-6
+        w[:, n // 3:n // 3 + 2 * k] += 1 + torch.rand(rows, 2 * k, generator=g)
+    elif layout == "few_nonzero":
+        w = torch.zeros(rows, n)
+        w[:, torch.randperm(n, generator=g)[:k + 10]] = torch.rand(rows, k + 10, generator=g) + 0.1
+    elif layout == "flat":
+        w = torch.ones(rows, n)
+    else:
+        w = torch.randn(rows, n, generator=g) * 3
+        w[:, 5::7] = float("-inf")
+    if layout == "logits":
+        def sample(k_draws):
+            return torch_wrs.sample_logits(w, k_draws, temperature=0.6, replacement=False,
+                                           generator=torch.Generator().manual_seed(9))
+        nonzero = int((w > -math.inf).sum(-1).min())
+    else:
+        def sample(k_draws):
+            return torch_wrs.multinomial(w, k_draws, False, generator=torch.Generator().manual_seed(9))
+        nonzero = int((w > 0).sum(-1).min())
+    ours = sample(k)
+    assert torch.equal(ours, sample(max(k, min(n // 8 + 1, nonzero)))[:, :k])
+    assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
+    assert (w.gather(-1, ours) > (-math.inf if layout == "logits" else 0)).all()
+
+
 def test_cpu_float16_draws_are_the_float32_copys():
     """CPU float16 is converted to float32 (exactly) into a buffer the thread keeps between
     calls: the draws equal those of the float32 copy, for every method, whatever size the

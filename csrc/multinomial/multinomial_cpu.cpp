@@ -36,7 +36,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -706,16 +708,16 @@ inline bool ruled_out(const ProbWeights&, double v, uint32_t lo, uint32_t hi, do
 }
 inline bool ruled_out(const LogitWeights&, double, uint32_t, uint32_t, double) { return false; }
 
-// The top k race keys of items [first, first + count) of a row, unordered, in `c`
-// (replaced), their Philox blocks next in `blocks`; returns how many of those items are
-// nonzero. Candidates go to slots by index: push_back was a call per item, not inlined.
+// The top k race keys above `floor` of items [first, first + count) of a row, unordered,
+// in `c` (replaced), their Philox blocks next in `blocks`; returns how many of those items
+// are nonzero. Candidates go to slots by index: push_back was a call per item, not inlined.
 template <typename scalar_t, typename Weights>
 int64_t chunk_top(const scalar_t* p, int64_t first, int64_t count, int64_t k, const Weights& wts,
-                  PhiloxBlocks& blocks, std::vector<Keyed>& c) {
+                  PhiloxBlocks& blocks, std::vector<Keyed>& c, double floor = Weights::kNone) {
   c.resize(std::min(2 * k, count));
   Keyed* slot = c.data();
   int64_t size = 0;
-  double kth = Weights::kNone;  // keys at or below it cannot enter the top k
+  double kth = floor;  // keys at or below it cannot enter the top k
   int64_t nz = 0;
   for (int64_t i = first, end = first + count; i < end; i += 2) {
     const at::detail::UINT4& bits = blocks();
@@ -736,6 +738,53 @@ int64_t chunk_top(const scalar_t* p, int64_t first, int64_t count, int64_t k, co
   return nz;
 }
 
+// A floor under a row's k-th largest race key, from a sample (as threshold_cuda.cu on the
+// GPU): many draws from a long row otherwise admit far more keys than k, each with its
+// log, since each chunk's own k-th key rises slowly (1 x 2^20, k = 1,024: 18.6 ms against
+// 6.3 with it; CI machine, 2 threads). With it from the first item, the test without a
+// log rules out all but about (rank + 1) / kFloorSamples of the row. It only sets the work: a row with fewer
+// than k keys above it is ranked again from no floor, so the draws never depend on it.
+// None is taken where k is an eighth of the row or more, from rows under
+// kFloorItemsPerSample samples' worth (the sample's keys, each a Philox block and a log of
+// its own, would cost a noticeable share of the row's), or where the row's chunks keep
+// fewer than kFloorFromKept keys in all: there their own k-th keys rule out as much
+// (CI machine, 2 threads, ms, without / with: 64 x 32,000, k = 100, a chunk a row: 12.7 /
+// 14.2; k = 1,024: 20.7 / 15.8; 1 x 2^20 in 128 chunks, k = 100: 8.6 / 6.2).
+constexpr int kFloorSamples = 1024;
+constexpr int64_t kFloorFromKept = 512;
+constexpr int64_t kFloorItemsPerDraw = 8;
+constexpr int64_t kFloorItemsPerSample = 16;
+constexpr uint64_t kFloorPositionKey = 0x9e3779b97f4a7c15ull;  // the sample's positions: their own Philox key
+
+inline bool floor_serves(int64_t n, int64_t k, int64_t chunks_per_row) {
+  return k * chunks_per_row >= kFloorFromKept && n >= kFloorItemsPerDraw * k && n >= kFloorItemsPerSample * kFloorSamples;
+}
+
+// Sample j from stratum [j n / S, (j + 1) n / S), at a point from Philox; its race key is
+// the one chunk_top computes (item i: half i % 2 of block row * pairs + i / 2). The floor
+// is the sample's key of rank S k / n plus 4 standard deviations and 4 (0 the largest): a
+// row keeps fewer than k above it with probability about 3e-5.
+template <typename scalar_t, typename Weights>
+double sampled_floor(const scalar_t* p, int64_t n, int64_t k, int64_t row, int64_t pairs, const Weights& wts,
+                     const PhiloxSeed& seed) {
+  std::vector<double> keys(kFloorSamples);
+  const PhiloxSeed positions{seed.seed ^ kFloorPositionKey, seed.offset};
+  for (int j = 0; j < kFloorSamples; j += 4) {
+    const at::detail::UINT4 u = philox_block(positions, static_cast<uint64_t>(row) * (kFloorSamples / 4) + j / 4);
+    for (int h = 0; h < 4; ++h) {
+      const double at = (j + h + u[h] * 0x1.0p-32) * static_cast<double>(n) / kFloorSamples;
+      const int64_t i = std::min(static_cast<int64_t>(at), n - 1);
+      const at::detail::UINT4 bits = philox_block(seed, static_cast<uint64_t>(row * pairs + i / 2));
+      const int64_t half = i % 2;
+      keys[j + h] = wts.key(static_cast<double>(p[i]), exponential(bits[2 * half], bits[2 * half + 1]));
+    }
+  }
+  const double share = static_cast<double>(k) / n, mean = kFloorSamples * share;
+  const int64_t rank = std::min<int64_t>(kFloorSamples - 1, static_cast<int64_t>(mean + 4 * std::sqrt(mean * (1 - share)) + 4));
+  std::nth_element(keys.begin(), keys.begin() + rank, keys.end(), std::greater<double>());
+  return keys[rank];
+}
+
 // The k best of two lists sorted by `higher`, in order, into `out`.
 inline void merge_best(const std::vector<Keyed>& a, const std::vector<Keyed>& b, int64_t k, std::vector<Keyed>& out) {
   out.resize(std::min<int64_t>(k, static_cast<int64_t>(a.size() + b.size())));
@@ -753,6 +802,7 @@ template <typename scalar_t, typename Weights>
 void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const PhiloxSeed& seed, int64_t* out) {
   const Chunks ch(r.rows, r.n, r.rows < kRaceChunkedRows ? kRaceChunk : kChunk);
   const int64_t pairs = (r.n + 1) / 2;
+  const bool use_floor = floor_serves(r.n, r.k, ch.per_row);
   if (ch.per_row == 1) {
     // Rows within one chunk: a task checks its rows (one vector call for them all), then
     // makes each row's keys and draws in one go, one buffer per task (no allocation per
@@ -771,9 +821,15 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
       for (int64_t row = b0; row < b1; ++row) {
         seen |= summary_flags(summary[row - b0]);
         if (seen != 0) break;  // the call raises: no draw is used
-        if (chunk_top(x + row * r.n, 0, r.n, r.k, wts, blocks, c) < r.k) {
+        const scalar_t* p = x + row * r.n;
+        const double floor = use_floor ? sampled_floor(p, r.n, r.k, row, pairs, wts, seed) : Weights::kNone;
+        if (chunk_top(p, 0, r.n, r.k, wts, blocks, c, floor) < r.k) {
           seen |= kTooFewNonzero;
           break;
+        }
+        if (static_cast<int64_t>(c.size()) < r.k) {  // fewer than k above the floor: from none
+          PhiloxBlocks again = key_blocks(seed, row, row + 1, pairs, 0, r.n);
+          chunk_top(p, 0, r.n, r.k, wts, again, c);
         }
         write_top(c, r.k, out + row * r.k);
       }
@@ -790,13 +846,31 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
   // k best. One sort of a row's merged candidates on one thread was the whole cost of a
   // permutation (1 x 2^20, k = 2^20, 2 threads: 153 -> 123 ms, torch 140-154).
   std::vector<std::vector<Keyed>> top(ch.tasks());
-  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+  std::vector<double> floor(r.rows, Weights::kNone);
+  if (use_floor) {
+    at::parallel_for(0, r.rows, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row) floor[row] = sampled_floor(x + row * r.n, r.n, r.k, row, pairs, wts, seed);
+    });
+  }
+  const auto chunk_tops = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       PhiloxBlocks blocks = key_blocks(seed, ch.row(t), ch.row(t) + 1, pairs, ch.first(t), ch.count(t));
-      nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), r.k, wts, blocks, top[t]);
+      nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), r.k, wts, blocks, top[t], floor[ch.row(t)]);
       std::sort(top[t].begin(), top[t].end(), Higher{});
     }
-  });
+  };
+  at::parallel_for(0, ch.tasks(), ch.grain(), chunk_tops);
+  // Rows with fewer than k keys above their floor (and k nonzero weights): again from none.
+  for (int64_t row = 0; use_floor && row < r.rows; ++row) {
+    int64_t kept = 0, nz = 0;
+    for (int64_t t = row * ch.per_row; t < (row + 1) * ch.per_row; ++t) {
+      kept += static_cast<int64_t>(top[t].size());
+      nz += nonzero[t];
+    }
+    if (kept >= r.k || nz < r.k) continue;
+    floor[row] = Weights::kNone;
+    at::parallel_for(row * ch.per_row, (row + 1) * ch.per_row, ch.grain(), chunk_tops);
+  }
   for (int64_t width = 1; width < ch.per_row; width *= 2) {
     const int64_t merges = (ch.per_row - width + 2 * width - 1) / (2 * width);  // per row: i + width < per_row
     at::parallel_for(0, r.rows * merges, 1, [&](int64_t m0, int64_t m1) {
