@@ -317,6 +317,31 @@ def test_cpu_draws_against_bounds_law(shape, k, dtype, logits):
     assert g_test_pvalue(counts, law) > P_MIN
 
 
+def _many_draws_weights(layout, rows, n, k):
+    """Rows for the many-draws-without-replacement tests (a sampled threshold on the GPU, a
+    sampled floor on the CPU): uniform; a heavy run of 2 k items the sample mostly misses;
+    k + 10 nonzero weights, item 0 zero; keys falling along the row; all equal; or logits
+    with -inf every 7th."""
+    g = torch.Generator().manual_seed(n + k)
+    if layout == "random":
+        return torch.rand(rows, n, generator=g)
+    if layout == "run":
+        w = torch.rand(rows, n, generator=g) * 1e-6
+        w[:, n // 3:n // 3 + 2 * k] += 1 + torch.rand(rows, 2 * k, generator=g)
+        return w
+    if layout == "few_nonzero":
+        w = torch.zeros(rows, n)
+        w[:, 1 + torch.randperm(n - 1, generator=g)[:k + 10]] = torch.rand(rows, k + 10, generator=g) + 0.1
+        return w
+    if layout == "geometric":
+        return ((1 - 8.0 / n) ** torch.arange(n, dtype=torch.float64).expand(rows, n)).float()
+    if layout == "flat":
+        return torch.ones(rows, n)
+    w = torch.randn(rows, n, generator=g) * 3
+    w[:, 5::7] = float("-inf")
+    return w
+
+
 @pytest.mark.parametrize("layout", ["random", "run", "few_nonzero", "flat", "logits"])
 @pytest.mark.parametrize("rows,n,k", [(1, 40_000, 128), (3, 50_000, 1024), (5, 20_000, 600)])
 def test_cpu_sampled_floor_draws_the_keys(layout, rows, n, k):
@@ -328,20 +353,7 @@ def test_cpu_sampled_floor_draws_the_keys(layout, rows, n, k):
     weight), which take no floor. (A row left with fewer than k keys above its floor is
     ranked again from none; with the floor's margin that happens about once in 30,000
     rows, too rarely to reach here.)"""
-    g = torch.Generator().manual_seed(n + k)
-    if layout == "random":
-        w = torch.rand(rows, n, generator=g)
-    elif layout == "run":
-        w = torch.rand(rows, n, generator=g) * 1e-6
-        w[:, n // 3:n // 3 + 2 * k] += 1 + torch.rand(rows, 2 * k, generator=g)
-    elif layout == "few_nonzero":
-        w = torch.zeros(rows, n)
-        w[:, torch.randperm(n, generator=g)[:k + 10]] = torch.rand(rows, k + 10, generator=g) + 0.1
-    elif layout == "flat":
-        w = torch.ones(rows, n)
-    else:
-        w = torch.randn(rows, n, generator=g) * 3
-        w[:, 5::7] = float("-inf")
+    w = _many_draws_weights(layout, rows, n, k)
     if layout == "logits":
         def sample(k_draws):
             return torch_wrs.sample_logits(w, k_draws, temperature=0.6, replacement=False,
@@ -867,23 +879,7 @@ def test_gpu_threshold_candidates_equal_the_keys_and_torch_topk(layout, rows, n,
     would draw item 0, a zero weight, from the unfilled places), where the
     keys fall along the row, all weights equal, and logits with -inf. The draws are exactly
     the first k of the keys that every-key-and-torch.topk ranks."""
-    g = torch.Generator().manual_seed(n + k)
-    if layout == "random":
-        w = torch.rand(rows, n, generator=g)
-    elif layout == "run":
-        w = torch.rand(rows, n, generator=g) * 1e-6
-        w[:, n // 3:n // 3 + 2 * k] += 1 + torch.rand(rows, 2 * k, generator=g)
-    elif layout == "few_nonzero":
-        w = torch.zeros(rows, n)
-        at = 1 + torch.randperm(n - 1, generator=g)[:k + 10]  # item 0 (the unfilled places' item) is zero
-        w[:, at] = torch.rand(rows, k + 10, generator=g) + 0.1
-    elif layout == "geometric":
-        w = (1 - 8.0 / n) ** torch.arange(n, dtype=torch.float64).expand(rows, n)
-    elif layout == "flat":
-        w = torch.ones(rows, n)
-    else:
-        w = torch.randn(rows, n, generator=g) * 3
-        w[:, 5::7] = float("-inf")
+    w = _many_draws_weights(layout, rows, n, k)
     x = w.float().cuda()
     sample = _logits_without_replacement if layout == "logits" else _without_replacement
     reference = every_key_draws(sample, x, k, 17, logits=layout == "logits")
