@@ -742,8 +742,9 @@ int64_t chunk_top(const scalar_t* p, int64_t first, int64_t count, int64_t k, co
 // GPU): many draws from a long row otherwise admit far more keys than k, each with its
 // log, since each chunk's own k-th key rises slowly (1 x 2^20, k = 1,024: 18.6 ms against
 // 6.3 with it; CI machine, 2 threads). With it from the first item, the test without a
-// log rules out all but about (rank + 1) / kFloorSamples of the row. It only sets the work: a row with fewer
-// than k keys above it is ranked again from no floor, so the draws never depend on it.
+// log rules out all but about (rank + 1) / kFloorSamples of the row. It only sets the
+// work: a row with fewer than k keys above it is ranked again from no floor, so the draws
+// never depend on it.
 // None is taken where k is an eighth of the row or more, from rows under
 // kFloorItemsPerSample samples' worth (the sample's keys, each a Philox block and a log of
 // its own, would cost a noticeable share of the row's), or where the row's chunks keep
@@ -822,8 +823,8 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
         seen |= summary_flags(summary[row - b0]);
         if (seen != 0) break;  // the call raises: no draw is used
         const scalar_t* p = x + row * r.n;
-        const double floor = use_floor ? sampled_floor(p, r.n, r.k, row, pairs, wts, seed) : Weights::kNone;
-        if (chunk_top(p, 0, r.n, r.k, wts, blocks, c, floor) < r.k) {
+        const double row_floor = use_floor ? sampled_floor(p, r.n, r.k, row, pairs, wts, seed) : Weights::kNone;
+        if (chunk_top(p, 0, r.n, r.k, wts, blocks, c, row_floor) < r.k) {
           seen |= kTooFewNonzero;
           break;
         }
@@ -846,16 +847,16 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
   // k best. One sort of a row's merged candidates on one thread was the whole cost of a
   // permutation (1 x 2^20, k = 2^20, 2 threads: 153 -> 123 ms, torch 140-154).
   std::vector<std::vector<Keyed>> top(ch.tasks());
-  std::vector<double> floor(r.rows, Weights::kNone);
+  std::vector<double> floors(r.rows, Weights::kNone);
   if (use_floor) {
     at::parallel_for(0, r.rows, 1, [&](int64_t r0, int64_t r1) {
-      for (int64_t row = r0; row < r1; ++row) floor[row] = sampled_floor(x + row * r.n, r.n, r.k, row, pairs, wts, seed);
+      for (int64_t row = r0; row < r1; ++row) floors[row] = sampled_floor(x + row * r.n, r.n, r.k, row, pairs, wts, seed);
     });
   }
   const auto chunk_tops = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       PhiloxBlocks blocks = key_blocks(seed, ch.row(t), ch.row(t) + 1, pairs, ch.first(t), ch.count(t));
-      nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), r.k, wts, blocks, top[t], floor[ch.row(t)]);
+      nonzero[t] = chunk_top(x + ch.row(t) * r.n, ch.first(t), ch.count(t), r.k, wts, blocks, top[t], floors[ch.row(t)]);
       std::sort(top[t].begin(), top[t].end(), Higher{});
     }
   };
@@ -868,7 +869,7 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
       nz += nonzero[t];
     }
     if (kept >= r.k || nz < r.k) continue;
-    floor[row] = Weights::kNone;
+    floors[row] = Weights::kNone;
     at::parallel_for(row * ch.per_row, (row + 1) * ch.per_row, ch.grain(), chunk_tops);
   }
   for (int64_t width = 1; width < ch.per_row; width *= 2) {

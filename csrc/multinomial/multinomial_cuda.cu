@@ -89,10 +89,11 @@ namespace {
 // |                  |                                        |                     | near-ties among the first k + 64 by float64 key. |
 // |                  |                                        |                     | Where those k + 64 are at most n / 8, only the   |
 // |                  |                                        |                     | keys above a threshold sampled from the row's    |
-// |                  |                                        |                     | (threshold_cuda.cu; H200, ms: 4,096 x 32,000,    |
-// |                  |                                        |                     | k = 1,024: 2.25 against 2.75; 256 x 128,256:     |
-// |                  |                                        |                     | 0.57 / 0.75; and than chunk maxima, 64 x 2^20,   |
-// |                  |                                        |                     | k = 1,024: 0.92 / 1.37; 8 x 2^24: 1.64 / 2.02)   |
+// |                  |                                        |                     | (threshold_cuda.cu; H200, one process, torch /   |
+// |                  |                                        |                     | ours, every key against it: 4,096 x 32,000,      |
+// |                  |                                        |                     | k = 1,024 1.00x / 1.22x, 256 x 128,256 1.07x /   |
+// |                  |                                        |                     | 1.41x; chunk maxima against it: 64 x 2^20,       |
+// |                  |                                        |                     | k = 1,024 1.04x / 1.55x, 8 x 2^24 1.33x / 1.65x) |
 //
 // One draw without replacement is one draw with it, so k = 1 takes the with-replacement
 // rows, and one draw may take the race (laws.h: its law is within 2^-49 of the exact one
