@@ -25,8 +25,13 @@ namespace wrs::multinomial {
 namespace {
 
 constexpr int kThreads = 256;
+// A row's sample: 1,024 keys, or 4,096 from rows of kLongRow items or more. A larger sample
+// sets the threshold closer to the candidates (4 standard deviations of the rank are a
+// share 2 / sqrt(S k / n) of them), so fewer keys are kept and ranked: 1 x 2^24, k = 2^20
+// keeps about 1.3 million keys in rows of 1.75 million rather than 1.6 in 2.6.
 constexpr int kSamplesPerThread = 4;  // one Philox block's words
-constexpr int kSamples = kThreads * kSamplesPerThread;
+constexpr int kLongRowSamplesPerThread = 16;
+constexpr int64_t kLongRow = int64_t{1} << 20;
 constexpr int kRounds = 16;  // a chunk of the count and write passes is kRounds x kThreads items
 constexpr int64_t kSortKeptFrom = int64_t{1} << 14;
 constexpr int64_t kChunk = int64_t{kThreads} * kRounds;
@@ -39,30 +44,35 @@ constexpr uint64_t kPositionKey = 0x9e3779b97f4a7c15ull;
 // then the row is short of candidates anyway (flagged).
 __device__ inline bool kept(float v, float threshold, float zero_key) { return v >= threshold && v > zero_key; }
 
-// A block per row: kSamples keys, sample j from stratum [j n / S, (j + 1) n / S) at a
-// Philox-drawn point, sorted; the threshold is the one of rank `rank` (0 the largest).
-// (Sorting only their high 16 bits would halve the radix passes, but a threshold rounded
-// down by 2^-7 of its value keeps e^0.8 times the keys above logit keys near 100.)
+// A block per row: S = kThreads x SAMPLES keys, sample j from stratum [j n / S, (j + 1) n /
+// S) at a Philox-drawn point, sorted; the threshold is the one of rank `rank` (0 the
+// largest). (Sorting only their high 16 bits would halve the radix passes, but a threshold
+// rounded down by 2^-7 of its value keeps e^0.8 times the keys above logit keys near 100.)
+template <int SAMPLES>
 __global__ void __launch_bounds__(kThreads)
     sample_threshold_kernel(const float* keys, int64_t n, int rank, at::PhiloxCudaState philox, float* threshold) {
-  using Sort = cub::BlockRadixSort<float, kThreads, kSamplesPerThread>;
+  using Sort = cub::BlockRadixSort<float, kThreads, SAMPLES>;
   __shared__ typename Sort::TempStorage temp;
+  constexpr int kBlocks = SAMPLES / 4;  // Philox blocks a thread takes
   const int64_t row = blockIdx.x;
   const PhiloxSeed seed = philox_seed(philox);
-  const uint4 r = philox_block_at(seed.seed ^ kPositionKey, seed.offset / 4, row * kThreads + threadIdx.x);
-  const uint32_t words[kSamplesPerThread] = {r.x, r.y, r.z, r.w};
-  float v[kSamplesPerThread];
+  float v[SAMPLES];
 #pragma unroll
-  for (int i = 0; i < kSamplesPerThread; ++i) {
-    const int j = threadIdx.x * kSamplesPerThread + i;
-    const double at = (j + words[i] * 0x1.0p-32) * static_cast<double>(n) / kSamples;
-    const int64_t pos = min(static_cast<int64_t>(at), n - 1);
-    v[i] = keys[row * n + pos];
+  for (int b = 0; b < kBlocks; ++b) {
+    const uint4 r = philox_block_at(seed.seed ^ kPositionKey, seed.offset / 4 + b, row * kThreads + threadIdx.x);
+    const uint32_t words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const int j = threadIdx.x * SAMPLES + 4 * b + h;
+      const double at = (j + words[h] * 0x1.0p-32) * static_cast<double>(n) / (kThreads * SAMPLES);
+      const int64_t pos = min(static_cast<int64_t>(at), n - 1);
+      v[4 * b + h] = keys[row * n + pos];
+    }
   }
   Sort(temp).SortDescendingBlockedToStriped(v);  // v[i] of thread t has rank i * kThreads + t
   if (threadIdx.x == rank % kThreads) {
 #pragma unroll
-    for (int i = 0; i < kSamplesPerThread; ++i) {
+    for (int i = 0; i < SAMPLES; ++i) {
       if (i == rank / kThreads) threshold[row] = v[i];
     }
   }
@@ -143,12 +153,13 @@ std::tuple<at::Tensor, at::Tensor> threshold_candidates(const DrawCall& call, co
   // The sample's rank: its expected share of kept keys, cands / n, plus 4 standard
   // deviations and 4, so a row keeps fewer than cands with probability about 3e-5; `cap`
   // holds what that rank's share keeps plus 6 of its standard deviations.
+  const int samples = kThreads * (n >= kLongRow ? kLongRowSamplesPerThread : kSamplesPerThread);
   const double share = static_cast<double>(cands) / n;
-  const double mean = kSamples * share;
-  const int rank = static_cast<int>(std::min<double>(kSamples - 1, std::floor(mean + 4 * std::sqrt(mean * (1 - share)) + 4)));
-  const double kept_share = (rank + 1.0) / kSamples;
+  const double mean = samples * share;
+  const int rank = static_cast<int>(std::min<double>(samples - 1, std::floor(mean + 4 * std::sqrt(mean * (1 - share)) + 4)));
+  const double kept_share = (rank + 1.0) / samples;
   const int64_t cap = std::min<int64_t>(
-      n, static_cast<int64_t>(std::ceil(n * (kept_share + 6 * std::sqrt(kept_share * (1 - kept_share) / kSamples)))) + 64);
+      n, static_cast<int64_t>(std::ceil(n * (kept_share + 6 * std::sqrt(kept_share * (1 - kept_share) / samples)))) + 64);
   const int64_t chunks = ceil_div(n, kChunk);
   TORCH_CHECK(rows * chunks < (int64_t{1} << 31), "multinomial: too many items for one call (", rows * n, ")");
   const float zero_key = call.logits ? -INFINITY : 0.0f;  // a zero weight's float key (race_keys_kernel)
@@ -158,7 +169,13 @@ std::tuple<at::Tensor, at::Tensor> threshold_candidates(const DrawCall& call, co
   int64_t* count = counts.mutable_data_ptr<int64_t>();
   int64_t* offset = count + rows * chunks;
   const float* k = keys.const_data_ptr<float>();
-  sample_threshold_kernel<<<rows, kThreads, 0, call.stream>>>(k, n, rank, call.philox, threshold.mutable_data_ptr<float>());
+  if (n >= kLongRow) {
+    sample_threshold_kernel<kLongRowSamplesPerThread>
+        <<<rows, kThreads, 0, call.stream>>>(k, n, rank, call.philox, threshold.mutable_data_ptr<float>());
+  } else {
+    sample_threshold_kernel<kSamplesPerThread>
+        <<<rows, kThreads, 0, call.stream>>>(k, n, rank, call.philox, threshold.mutable_data_ptr<float>());
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   count_kept_kernel<<<rows * chunks, kThreads, 0, call.stream>>>(k, n, chunks, threshold.const_data_ptr<float>(),
                                                                  zero_key, count);
