@@ -338,7 +338,7 @@ struct Element {
   Gen gen;
   // alpha: what start() set up for, NaN for none (and for a negative or NaN alpha), so
   // that an alpha equal to it needs no new set-up (Pair::start); log_boost = log(U) / alpha;
-  // inv_alpha = 1 / alpha for a boosted element in float64, kept with the set-up (Pair::start).
+  // inv_alpha = 1 / alpha for a boosted element (keeps_reciprocal), kept with the set-up (Pair::start).
   acc_t alpha = std::numeric_limits<acc_t>::quiet_NaN(), log_boost, inv_alpha;
   Kind kind;
 
@@ -360,17 +360,24 @@ struct Element {
     return boost;
   }
 
-  // The boost's log U / alpha, with an exact log: it sets the law's tail towards 0. In
-  // float64, log U times 1 / alpha, which a pair keeps while its alphas repeat: there the
-  // division is a software sequence that each boost paid (the product is within an ulp
-  // of the quotient; float64 alpha 0.5, H200: 1.48x -> 1.52x torch). Where 1 / alpha
-  // overflows (alpha below 1 / max), the division. (In float the GPU's division is
-  // already a reciprocal and a product.)
-  static constexpr bool kKeepsReciprocal = sizeof(acc_t) == 8;
+  // The boost's log U / alpha, with an exact log: it sets the law's tail towards 0. On the
+  // GPU in float64, log U times 1 / alpha, which a pair keeps while its alphas repeat:
+  // there the division is a software sequence that each boost paid (the product is within
+  // an ulp of the quotient; float64 alpha 0.5, H200: 1.48x -> 1.52x torch). Where 1 / alpha
+  // overflows (alpha below 1 / max), the division. (In float the GPU's division is already
+  // a reciprocal and a product; the CPU's is one instruction, and keeping the reciprocal
+  // measured 2-8% slower there, float64 2^20 elements, 2 threads.)
+  C10_HOST_DEVICE static constexpr bool keeps_reciprocal() {
+#ifdef __CUDA_ARCH__
+    return sizeof(acc_t) == 8;
+#else
+    return false;
+#endif
+  }
   C10_HOST_DEVICE void set_boost(acc_t u) { log_boost = boost(u, alpha, inv_alpha); }
   C10_HOST_DEVICE static acc_t boost(acc_t u, acc_t alpha, acc_t inv_alpha) {
     const acc_t log_u = std::log(u);
-    if (kKeepsReciprocal && inv_alpha < std::numeric_limits<acc_t>::infinity()) return log_u * inv_alpha;
+    if (keeps_reciprocal() && inv_alpha < std::numeric_limits<acc_t>::infinity()) return log_u * inv_alpha;
     return fast::div(log_u, alpha);
   }
   C10_HOST_DEVICE void set_reciprocal() { inv_alpha = fast::div(acc_t(1), alpha); }
@@ -425,7 +432,7 @@ struct Pair {
     if (!(alpha0 == e[0].alpha && a1 == e[1].alpha)) {
       needs_boost = e[0].start(alpha0);
       needs_boost |= e[1].start(a1);
-      if (Element<acc_t, Gen>::kKeepsReciprocal && needs_boost) set_reciprocals();
+      if (Element<acc_t, Gen>::keeps_reciprocal() && needs_boost) set_reciprocals();
     }
     done[0] = false;
     done[1] = !has_second;
