@@ -911,9 +911,9 @@ def test_gpu_many_samples_without_replacement_errors_and_law():
 def test_gpu_one_pass_law_per_row_length(n, dtype, k):
     """Each row length class of the one-pass kernels (8, 16 or 32 lanes per row holding 4
     to 32 items each; a block per row for long rows or many samples), with the units held
-    (k = 40, and rows whose held kernel keeps two blocks an SM) and computed again by the
-    owner lane (k <= 4 at 100, 300, 500 and 1,000 float32 or float64 items): 1e7 draws
-    pooled over identical rows, a row count that leaves a warp's last row group part-empty."""
+    (k = 40) and drawn against the lanes' bounds (k <= 8 in calls of 2^21 items or more:
+    k = 1 and 4 here): 1e7 draws pooled over identical rows, a row count that leaves a
+    warp's last row group part-empty."""
     g = torch.Generator().manual_seed(30 + n)
     w = (torch.rand(n, generator=g, dtype=torch.float64) ** 3).to(dtype)
     w[::5] = 0
@@ -923,6 +923,83 @@ def test_gpu_one_pass_law_per_row_length(n, dtype, k):
     counts = sum(torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=n)
                  for _ in range(10))
     assert g_test_pvalue(counts, w.double()) > P_MIN
+
+
+@requires_cuda
+@pytest.mark.parametrize("n,k,dtype,rows", [(1000, 1, torch.float32, 65_539), (100, 8, torch.bfloat16, 65_539),
+                                            (20, 3, torch.float16, 131_075), (300, 2, torch.float64, 65_539)])
+def test_gpu_warp_rows_lane_bounds_law_1e8(n, k, dtype, rows):
+    """Up to 8 draws a row from calls of 2^21 items or more: each lane's float64 sum bounds
+    its items' units, a point drawn over the bounds picks a lane, and it is kept only
+    within that lane's exact units, quantized by the row's lanes (warp_rows_cuda.cu). 1e8
+    draws pooled over identical rows with zeros (never drawn) and a skew: 1,000 items (32
+    lanes of 32), 100 (8 lanes of 16: each lane quantizes two of the drawn lane's items),
+    20 (8 lanes, some holding 2 items, some 3) and float64 (prefetched rows)."""
+    g = torch.Generator().manual_seed(50 + n + k)
+    w = (torch.rand(n, generator=g, dtype=torch.float64) ** 3).to(dtype)
+    w[::6] = 0
+    x = w.cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(51)
+    counts = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for _ in range(100_000_000 // (rows * k) + 1):
+        counts += torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=n)
+    assert counts.sum() >= 1e8
+    assert counts[::6].sum() == 0
+    assert g_test_pvalue(counts, w.double()) > P_MIN
+
+
+def _lane_bounds_rows(n, dtype):
+    """Rows a call with k <= 8 draws against the warp rows' lane bounds (2^21 items or
+    more), every fourth weight zero."""
+    rows = (1 << 21) // n + 5
+    w = (torch.rand(rows, n, generator=torch.Generator().manual_seed(n), dtype=torch.float64) + 0.05).to(dtype)
+    w[:, ::4] = 0
+    return w.cuda()
+
+
+@requires_cuda
+@pytest.mark.parametrize("n,dtype", [(600, torch.float32), (100, torch.bfloat16), (300, torch.float64)])
+def test_gpu_warp_rows_lane_bounds_errors(n, dtype):
+    """The lane bounds raise torch's errors for a negative, NaN or inf weight and a zero
+    row; valid rows draw in range and never a zero weight."""
+    w = _lane_bounds_rows(n, dtype)
+    for k in (1, 8):
+        for bad in (-1.0, float("nan"), float("inf")):
+            x = w.clone()
+            x[w.shape[0] // 2, 5] = bad
+            with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
+                torch_wrs.multinomial(x, k, True)
+        x = w.clone()
+        x[7] = 0
+        with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
+            torch_wrs.multinomial(x, k, True)
+        s = torch_wrs.multinomial(w, k, True)
+        assert s.shape == (w.shape[0], k) and s.min() >= 0 and s.max() < n
+        assert not (s % 4 == 0).any(), "a zero weight was drawn"
+
+
+@requires_cuda
+@pytest.mark.parametrize("n,dtype", [(600, torch.float32), (100, torch.bfloat16)])
+def test_gpu_warp_rows_lane_bounds_invalid_rows_under_capture(n, dtype):
+    """Under capture the lane bounds raise nothing: rows of invalid values (every attempt
+    fails) keep item 0, and the valid rows of the same call still never draw a zero
+    weight."""
+    w = _lane_bounds_rows(n, dtype)
+    bad_rows = [3, 4, 5, 6]
+    w[3, 5] = float("nan")
+    w[4, 9] = -1
+    w[5, :] = float("inf")
+    w[6] = 0
+    for k in (1, 8):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            s = torch_wrs.multinomial(w, k, True)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert s.min() >= 0 and s.max() < n
+        valid = torch.ones(w.shape[0], dtype=torch.bool, device="cuda")
+        valid[bad_rows] = False
+        assert not (s[valid] % 4 == 0).any(), "a zero weight was drawn"
 
 
 @requires_cuda

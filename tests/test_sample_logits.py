@@ -124,10 +124,10 @@ def test_gpu_law_1e8():
 @pytest.mark.parametrize("n,k,dtype", [(1000, 1, torch.bfloat16), (700, 4, torch.float32), (1000, 2, torch.float16),
                                        (500, 2, torch.float64), (100, 1, torch.float64)])
 def test_gpu_warp_rows_few_draws_law_1e7(n, k, dtype):
-    """Up to four draws a row from logits, where the warp rows' owner lane computes its
-    units again (an exp each) instead of holding them (32 items a lane, or float64): 1e7
-    draws pooled over identical rows (fewer than 65,536, where a thread per row would take
-    one draw), -inf never drawn."""
+    """Up to four draws a row from logits, where the warp rows draw against the lanes'
+    bounds and quantize only the drawn lane's items (an exp each) instead of holding every
+    item's units: 1e7 draws pooled over identical rows (fewer than 65,536, where a thread
+    per row would take one draw), -inf never drawn."""
     g = torch.Generator().manual_seed(40 + n + k)
     logits = (torch.randn(n, generator=g) * 3).to(dtype)
     logits[::11] = float("-inf")

@@ -23,23 +23,24 @@ constexpr int64_t kMaxShortRowSamples = 1024;      // rows of up to 32 items: sa
 constexpr int64_t kMaxShortRowDraws = int64_t{1} << 18;  // and per call
 constexpr int64_t kOwnerSearches = 8;  // samples a row up to which owners search their registers
 
-// Units held in registers or computed again (HOLD_UNITS below), by the call (H100, us a
-// call, held / computed again, the same draws):
+// How a row's draws find their items, by the call (H100, us a call, in one process, held
+// units / bounds; docs/benchmarks.md, session 28):
 //
-// | samples | items in  | held kernel's  | units    | why                                      |
-// | a row   | the call  | blocks an SM   |          |                                          |
-// | ------- | --------- | -------------- | -------- | ---------------------------------------- |
-// | k <= 4  | >= 2^21   | 1 (over 128    | computed | more warps resident: 65,536 x 1,000      |
-// |         |           | registers)     | again    | bfloat16, k = 1: 513 / 380, k = 4: 600 / |
-// |         |           |                |          | 513; 1,048,576 x 100 float32, k = 1: 942 |
-// |         |           |                |          | / 676; 65,536 x 300 float64: 281 / 179   |
-// | other   |           |                | held     | two blocks already resident: 1,048,576 x |
-// |         |           |                |          | 100 bfloat16, k = 1: 614 / 665; more     |
-// |         |           |                |          | draws walk more (float32, k = 8: 1,479 / |
-// |         |           |                |          | 1,543); a small call waits on the walk   |
-// |         |           |                |          | (256 x 1,000 bfloat16, k = 1: 30 / 37)   |
-constexpr int64_t kRecomputeRowSamples = 4;
-constexpr int64_t kRecomputeFromItems = int64_t{1} << 21;
+// | samples | items in  | method | why                                                    |
+// | a row   | the call  |        |                                                        |
+// | ------- | --------- | ------ | ------------------------------------------------------ |
+// | k <= 8  | >= 2^21   | lane   | no units pass: the lanes' sums bound their units and   |
+// |         |           | bounds | only the drawn lane's items are quantized. 65,536 x    |
+// |         |           |        | 1,000 bfloat16, k = 1: 384 / 292 (units computed again |
+// |         |           |        | by the owner lane before), k = 8: 726 / 392; 1,048,576 |
+// |         |           |        | x 100 bfloat16, k = 1: 592 / 452; float64 65,536 x     |
+// |         |           |        | 500, k = 2: 241 / 170; logits 16,384 x 1,000, k = 2:   |
+// |         |           |        | 277 / 158                                              |
+// | other   |           | held   | a small call waits on the bounds' sequential steps (64 |
+// |         |           | units  | x 500 float32, k = 8: 29 / 32; 8 x 100 bfloat16: 29 /  |
+// |         |           |        | 31); more samples search the held units, a lookup each |
+constexpr int64_t kBoundedRowSamples = 8;
+constexpr int64_t kBoundedFromItems = int64_t{1} << 21;
 
 // Inputs as held in registers: float unless they are doubles (exact either way).
 template <typename scalar_t>
@@ -59,31 +60,161 @@ __device__ inline Summary row_summary(Summary s) {
   return Summary{__shfl_sync(kFullMask, s.shift, 0, LANES), __shfl_sync(kFullMask, s.sum, 0, LANES), s.flags};
 }
 
+// LANES-wide inclusive sum of a uint64 over the row's lanes (l: the lane within the row).
+template <int LANES>
+__device__ inline uint64_t row_inclusive_sum(uint64_t value, int l) {
+  for (int offset = 1; offset < LANES; offset *= 2) {
+    const uint64_t y = __shfl_up_sync(kFullMask, value, offset, LANES);
+    if (l >= offset) value += y;
+  }
+  return value;
+}
+
+// A few draws a row without the row's units: each lane's float64 sum bounds its items'
+// units (chunk_units_bound), a point of [0, sum of the bounds) picks a lane, the row's
+// lanes quantize that lane's items (a share each) and the point is kept where it falls
+// within their exact units, else drawn again; laws.h's draws against bounds, so each item
+// is drawn with probability proportional to Q_i, the quantized law of every other path.
+// A lane's items are a fixed set, so the law does not depend on their order: the owner's
+// item j is quantized by lane j % LANES. Attempt a of sample s takes Philox subsequence
+// row k + s + a rows k (one_draw_kernel's rule); valid rows accept above 1 - 2^-20 an
+// attempt (count + 2 units of slack a lane against n 2^32). A row whose attempts all
+// fail (invalid values, flagged; valid rows below 2^-300) keeps item 0.
+template <int LANES, int ITEMS, typename Weights, typename value_t>
+__device__ inline void draw_against_lane_bounds(const Weights& wts, const RowLaw& law, const Summary& lane_sum,
+                                                const value_t* v, int l, int row_lane0, int64_t n, int64_t row,
+                                                int64_t rows, int64_t k, int64_t s_begin, int64_t s_end, bool valid,
+                                                const PhiloxSeed& seed, int64_t* out) {
+  constexpr int kShare = (ITEMS + LANES - 1) / LANES;  // the owner's items a lane quantizes
+  const unsigned row_mask = LANES == kWarp ? kFullMask : ((1u << LANES) - 1) << row_lane0;
+  const int count = l < n ? static_cast<int>((n - 1 - l) / LANES) + 1 : 0;  // the lane's items
+  const uint64_t bound = count > 0 ? chunk_units_bound(lane_sum, count, law) : 0;
+  const uint64_t bound_through = row_inclusive_sum<LANES>(bound, l);
+  const uint64_t bound_total = __shfl_sync(kFullMask, bound_through, LANES - 1, LANES);
+  const uint64_t bound_before = bound_through - bound;
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    int64_t item = 0;
+    bool pending = valid;
+    for (int attempt = 0; attempt < kMaxBoundAttempts && __any_sync(kFullMask, pending); ++attempt) {
+      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s + attempt * rows * k));
+      const uint64_t point = uniform_point(r.x, r.y, bound_total);
+      const unsigned owners = __ballot_sync(kFullMask, point - bound_before < bound) & row_mask;  // one, or none
+      const int owner = owners ? __ffs(owners) - 1 - row_lane0 : 0;
+      const uint64_t offset = point - __shfl_sync(kFullMask, bound_before, owner, LANES);
+      const value_t* owner_v = v - l + owner;  // the owner's item j at owner_v[j * LANES]
+      uint64_t u[kShare];
+      uint64_t share = 0;
+#pragma unroll
+      for (int m = 0; m < kShare; ++m) {
+        const int j = l + m * LANES;
+        u[m] = j < ITEMS && j * LANES + owner < n ? units(wts, owner_v[j * LANES], law, n) : uint64_t{0};
+        share += u[m];
+      }
+      const uint64_t through = row_inclusive_sum<LANES>(share, l);
+      uint64_t end = through - share;
+      int hit = -1;  // the owner's item holding the point, if this lane's share does
+#pragma unroll
+      for (int m = 0; m < kShare; ++m) {
+        end += u[m];
+        hit = hit < 0 && offset < end && offset >= end - u[m] ? l + m * LANES : hit;
+      }
+      const unsigned holders = __ballot_sync(kFullMask, owners != 0 && hit >= 0) & row_mask;
+      const int j = __shfl_sync(kFullMask, hit, holders ? __ffs(holders) - 1 - row_lane0 : 0, LANES);
+      if (pending && holders) {
+        item = static_cast<int64_t>(j) * LANES + owner;
+        pending = false;
+      }
+    }
+    if (valid && l == 0) out[row * k + s] = item;
+  }
+}
+
+// Draws from the row's units, held in registers: the lanes' totals scanned, then for
+// each sample a point of [0, sum Q) (64 bits of Philox block row k + s; lane t of the row
+// draws sample s0 + t). Up to kOwnerSearches samples a row each point is broadcast and the
+// lane whose range holds it walks its units. More: each lane finds its own point's lane (a
+// binary search of the lanes' starts) and walks that lane's units, shuffled from its
+// registers (two shuffles a unit), all lanes at once.
+template <int LANES, int ITEMS, typename Weights, typename value_t>
+__device__ inline void draw_from_held_units(const Weights& wts, const RowLaw& law, const value_t* v, int l, int64_t n,
+                                            int64_t row, int64_t k, int64_t s_begin, int64_t s_end, bool valid,
+                                            const PhiloxSeed& seed, int64_t* out) {
+  uint64_t q[ITEMS];  // the lane's units
+  uint64_t mass = 0;
+#pragma unroll
+  for (int j = 0; j < ITEMS; ++j) {
+    q[j] = j * LANES + l < n ? units(wts, v[j * LANES], law, n) : uint64_t{0};
+    mass += q[j];
+  }
+  const uint64_t through = row_inclusive_sum<LANES>(mass, l);
+  const uint64_t total = __shfl_sync(kFullMask, through, LANES - 1, LANES);
+  const uint64_t before = through - mass;
+  for (int64_t s0 = s_begin; s0 < s_end; s0 += LANES) {
+    uint64_t point = 0;
+    const bool mine_to_draw = valid && s0 + l < s_end;
+    if (mine_to_draw) {
+      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s0 + l));
+      point = uniform_point(r.x, r.y, total);
+    }
+    if (k > kOwnerSearches) {
+      int owner = 0;  // the last lane starting at or below the point: its range holds it
+#pragma unroll
+      for (int step = LANES / 2; step > 0; step /= 2) {
+        if (__shfl_sync(kFullMask, before, owner + step, LANES) <= point) owner += step;
+      }
+      uint64_t end = __shfl_sync(kFullMask, before, owner, LANES);
+      int64_t item = -1;
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j) {  // items past n hold 0 units: never the item
+        end += __shfl_sync(kFullMask, q[j], owner, LANES);
+        item = item < 0 && point < end ? j * LANES + owner : item;
+      }
+      if (mine_to_draw) out[row * k + s0 + l] = item < 0 ? 0 : item;  // 0: an invalid row's
+      continue;
+    }
+    if (mine_to_draw) out[row * k + s0 + l] = 0;  // stays in range if no lane claims the point (invalid rows)
+    __syncwarp();
+    const int64_t count = s_end - s0 < LANES ? s_end - s0 : LANES;
+    for (int t = 0; t < count; ++t) {
+      const uint64_t p = __shfl_sync(kFullMask, point, t, LANES);
+      if (!valid || p - before >= mass) continue;  // another lane's range
+      uint64_t end = before;
+      int64_t item = -1;
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j) {  // unrolled: q stays in registers
+        end += q[j];
+        item = item < 0 && p < end ? j * LANES + l : item;
+      }
+      out[row * k + s0 + t] = item;
+    }
+  }
+}
+
 // Work item w is row group w / slices (32 / LANES rows) and slice w % slices of its
 // samples; each warp takes items w, w + W, ... (W warps in the grid). A row's slices
 // each reduce the row again (it is short, and in L1 or L2), so that many samples from
 // few rows still spread over the whole GPU.
 //
-// HOLD_UNITS: each lane keeps its units in registers for its samples' searches, and the
-// next row group's inputs are loaded while the warp works on this one. Without it (the
-// table above) the owner lane computes its units again from the staged items, up to the
-// point, and float and half rows are not prefetched: at 32 items a lane the held kernel
-// takes 254 registers, one block an SM, the other 56-66 and no spills. Doubles keep the
-// prefetch, which measured faster for them (65,536 x 500, k = 1: 215 against 308 us) and
-// slower for narrower types (1,048,576 x 100 bfloat16: 695 against 624).
+// Held units (BOUNDED false): each lane keeps its units in registers for its samples'
+// searches, and the next row group's inputs are loaded while the warp works on this one.
+// With bounds, float and half rows are not prefetched: at 32 items a lane the held kernel
+// takes 254 registers, one block an SM, the bounded one 55-69 and no spills. Doubles keep
+// the prefetch, which measured faster for them and slower for narrower types when the
+// owner lane computed its units again (65,536 x 500 float64, k = 1: 215 against 308 us;
+// 1,048,576 x 100 bfloat16: 695 against 624), with the same loads as the bounds.
 //
 // Resident blocks asked of the compiler: with units held, its own choice (0: none); the
-// other kernel without spills, at least 3 blocks an SM where rows are not prefetched.
-template <typename scalar_t, bool HOLD_UNITS>
-constexpr bool kPrefetchRows = HOLD_UNITS || std::is_same_v<scalar_t, double>;
-template <typename scalar_t, bool HOLD_UNITS>
-constexpr int kWarpRowsMinBlocks = HOLD_UNITS ? 0 : kPrefetchRows<scalar_t, HOLD_UNITS> ? 1 : 3;
+// bounded kernel without spills, at least 3 blocks an SM where rows are not prefetched.
+template <typename scalar_t, bool BOUNDED>
+constexpr bool kPrefetchRows = !BOUNDED || std::is_same_v<scalar_t, double>;
+template <typename scalar_t, bool BOUNDED>
+constexpr int kWarpRowsMinBlocks = !BOUNDED ? 0 : kPrefetchRows<scalar_t, BOUNDED> ? 1 : 3;
 
-template <typename scalar_t, typename Weights, int LANES, int ITEMS, bool HOLD_UNITS>
-__global__ void __launch_bounds__(kThreads, kWarpRowsMinBlocks<scalar_t, HOLD_UNITS>)
+template <typename scalar_t, typename Weights, int LANES, int ITEMS, bool BOUNDED>
+__global__ void __launch_bounds__(kThreads, kWarpRowsMinBlocks<scalar_t, BOUNDED>)
     warp_rows_kernel(const scalar_t* x, int64_t rows, int64_t n, int64_t k, int64_t slices, Weights wts,
                      at::PhiloxCudaState philox, int64_t* out, uint32_t* status) {
-  constexpr bool kPrefetch = kPrefetchRows<scalar_t, HOLD_UNITS>;
+  constexpr bool kPrefetch = kPrefetchRows<scalar_t, BOUNDED>;
   constexpr int kRowsPerWarp = kWarp / LANES;
   // Each row's slots padded by LANES: with ITEMS + 1 odd, the rows of a warp start in
   // different banks, so slot j of every lane of the warp is conflict-free.
@@ -133,80 +264,11 @@ __global__ void __launch_bounds__(kThreads, kWarpRowsMinBlocks<scalar_t, HOLD_UN
     const uint32_t flags = summary_flags(sum);
     if (valid && l == 0 && s_begin == 0 && flags) atomicOr(status, flags);
     const RowLaw law = row_law<Weights>(sum, n);
-    uint64_t q[HOLD_UNITS ? ITEMS : 1];  // the lane's units, held for many samples' searches
-    uint64_t mass = 0;
-#pragma unroll
-    for (int j = 0; j < ITEMS; ++j) {
-      const uint64_t u = j * LANES + l < n ? units(wts, v[j * LANES], law, n) : uint64_t{0};
-      if constexpr (HOLD_UNITS) q[j] = u;
-      mass += u;
-    }
-    uint64_t through = mass;  // inclusive scan over the row's lanes
-    for (int offset = 1; offset < LANES; offset *= 2) {
-      const uint64_t y = __shfl_up_sync(kFullMask, through, offset, LANES);
-      if (l >= offset) through += y;
-    }
-    const uint64_t total = __shfl_sync(kFullMask, through, LANES - 1, LANES);
-    const uint64_t before = through - mass;
-    // Sample s: 64 bits of Philox block row * k + s. Lane t of the row draws sample s0 + t.
-    // Up to kOwnerSearches samples a row: each point is broadcast and the lane whose range
-    // holds it walks its units in registers. More: each lane finds its own point's lane (a
-    // binary search of the lanes' starts) and walks that lane's units, shuffled from its
-    // registers (two shuffles a unit, where quantizing the staged item again took a float64
-    // round and conversion, and for logits an exp), all lanes at once.
-    for (int64_t s0 = s_begin; s0 < s_end; s0 += LANES) {
-      uint64_t point = 0;
-      const bool mine_to_draw = valid && s0 + l < s_end;
-      if (mine_to_draw) {
-        const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s0 + l));
-        point = uniform_point(r.x, r.y, total);
-      }
-      if constexpr (HOLD_UNITS) {
-        if (k > kOwnerSearches) {
-          int owner = 0;  // the last lane starting at or below the point: its range holds it
-#pragma unroll
-          for (int step = LANES / 2; step > 0; step /= 2) {
-            if (__shfl_sync(kFullMask, before, owner + step, LANES) <= point) owner += step;
-          }
-          uint64_t end = __shfl_sync(kFullMask, before, owner, LANES);
-          int64_t item = -1;
-#pragma unroll
-          for (int j = 0; j < ITEMS; ++j) {  // items past n hold 0 units: never the item
-            end += __shfl_sync(kFullMask, q[j], owner, LANES);
-            item = item < 0 && point < end ? j * LANES + owner : item;
-          }
-          if (mine_to_draw) out[row * k + s0 + l] = item < 0 ? 0 : item;  // 0: an invalid row's
-          continue;
-        }
-      }
-      if (mine_to_draw) out[row * k + s0 + l] = 0;  // stays in range if no lane claims the point (invalid rows)
-      __syncwarp();
-      const int64_t count = s_end - s0 < LANES ? s_end - s0 : LANES;
-      for (int t = 0; t < count; ++t) {
-        const uint64_t p = __shfl_sync(kFullMask, point, t, LANES);
-        if (!valid || p - before >= mass) continue;  // another lane's range
-        uint64_t end = before;
-        int64_t item = -1;
-        if constexpr (HOLD_UNITS) {
-#pragma unroll
-          for (int j = 0; j < ITEMS; ++j) {  // unrolled: q stays in registers
-            end += q[j];
-            item = item < 0 && p < end ? j * LANES + l : item;
-          }
-        } else {
-          // The units of the mass above again (the same arithmetic on the same staged
-          // values), so the walk ends inside the lane's range.
-          item = l;  // in range; never left (the walk ends inside the range)
-          for (int j = 0; j < ITEMS && j * LANES + l < n; ++j) {
-            end += units(wts, v[j * LANES], law, n);
-            if (p < end) {
-              item = j * LANES + l;
-              break;
-            }
-          }
-        }
-        out[row * k + s0 + t] = item;
-      }
+    if constexpr (BOUNDED) {
+      draw_against_lane_bounds<LANES, ITEMS>(wts, law, mine, v, l, lane - l, n, row, rows, k, s_begin, s_end, valid,
+                                             seed, out);
+    } else {
+      draw_from_held_units<LANES, ITEMS>(wts, law, v, l, n, row, k, s_begin, s_end, valid, seed, out);
     }
   }
 }
@@ -220,25 +282,15 @@ int64_t slices_for(int64_t groups, int64_t k) {
   return std::max<int64_t>(1, std::min(most, ceil_div(fill, groups)));
 }
 
-// Blocks of kThreads a kernel keeps resident on an SM (its registers and shared memory).
-template <typename Kernel>
-int resident_blocks(Kernel kernel) {
-  int blocks = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
-  return blocks;
-}
-
 template <typename scalar_t, typename Weights, int LANES, int ITEMS>
 void launch(const DrawCall& call, const Weights& wts) {
   const int64_t groups = ceil_div(call.rows, kWarp / LANES);
   int64_t slices = slices_for(groups, call.k);
   slices = ceil_div(call.k, ceil_div(call.k, slices));  // none empty
   const int blocks = grid_for(groups * slices * kWarp, kThreads);
-  const auto held = warp_rows_kernel<scalar_t, Weights, LANES, ITEMS, true>;
-  static const int held_blocks = resident_blocks(held);
-  const bool recompute =
-      call.k <= kRecomputeRowSamples && call.rows * call.n >= kRecomputeFromItems && held_blocks <= 1;
-  const auto kernel = recompute ? warp_rows_kernel<scalar_t, Weights, LANES, ITEMS, false> : held;
+  const bool bounded = call.k <= kBoundedRowSamples && call.rows * call.n >= kBoundedFromItems;  // the table above
+  const auto kernel = bounded ? warp_rows_kernel<scalar_t, Weights, LANES, ITEMS, true>
+                              : warp_rows_kernel<scalar_t, Weights, LANES, ITEMS, false>;
   kernel<<<blocks, kThreads, 0, call.stream>>>(call.x.const_data_ptr<scalar_t>(), call.rows, call.n, call.k, slices,
                                                wts, call.philox, call.out, call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
