@@ -31,11 +31,11 @@ constexpr int64_t kOwnerSearches = 8;  // samples a row up to which owners searc
 // | ------- | --------- | ------ | ------------------------------------------------------ |
 // | k <= 8  | >= 2^21   | lane   | no units pass: the lanes' sums bound their units and   |
 // |         |           | bounds | only the drawn lane's items are quantized. 65,536 x    |
-// |         |           |        | 1,000 bfloat16, k = 1: 384 / 292 (units computed again |
-// |         |           |        | by the owner lane before), k = 8: 726 / 392; 1,048,576 |
-// |         |           |        | x 100 bfloat16, k = 1: 592 / 452; float64 65,536 x     |
-// |         |           |        | 500, k = 2: 241 / 170; logits 16,384 x 1,000, k = 2:   |
-// |         |           |        | 277 / 158                                              |
+// |         |           |        | 1,000 bfloat16, k = 1: 384 / 175 (units computed again |
+// |         |           |        | by the owner lane before), k = 8: 726 / 320; float32,  |
+// |         |           |        | k = 1: 404 / 181; 1,048,576 x 100 bfloat16, k = 1: 592 |
+// |         |           |        | / 390; float64 65,536 x 500, k = 2: 241 / 170; logits  |
+// |         |           |        | 16,384 x 1,000, k = 2: 277 / 150                       |
 // | other   |           | held   | a small call waits on the bounds' sequential steps (64 |
 // |         |           | units  | x 500 float32, k = 8: 29 / 32; 8 x 100 bfloat16: 29 /  |
 // |         |           |        | 31); more samples search the held units, a lookup each |
@@ -197,8 +197,9 @@ __device__ inline void draw_from_held_units(const Weights& wts, const RowLaw& la
 //
 // Held units (BOUNDED false): each lane keeps its units in registers for its samples'
 // searches, and the next row group's inputs are loaded while the warp works on this one.
-// With bounds, float and half rows are not prefetched: at 32 items a lane the held kernel
-// takes 254 registers, one block an SM, the bounded one 55-69 and no spills. Doubles keep
+// With bounds, float and half rows are not prefetched (their loads go out together at the
+// start of each group instead): at 32 items a lane the held kernel takes 254 registers,
+// one block an SM, the bounded one 64-80, three blocks. Doubles keep
 // the prefetch, which measured faster for them and slower for narrower types when the
 // owner lane computed its units again (65,536 x 500 float64, k = 1: 215 against 308 us;
 // 1,048,576 x 100 bfloat16: 695 against 624), with the same loads as the bounds.
@@ -246,6 +247,15 @@ __global__ void __launch_bounds__(kThreads, kWarpRowsMinBlocks<scalar_t, BOUNDED
     const int64_t s_end = k < s_begin + slice_samples ? k : s_begin + slice_samples;
     const int64_t row = group * kRowsPerWarp + lane / LANES;
     const bool valid = row < rows;
+    // Without the prefetch, the group's loads all go out first, each unconditional (an
+    // index clamped into the input): loads under a branch each waited for the one before
+    // (ncu, H100, 65,536 x 1,000 bfloat16: most of the warps' cycles stalled on them).
+    scalar_t loaded[kPrefetch ? 1 : ITEMS];
+    if constexpr (!kPrefetch) {
+      const int64_t first = (valid ? row : rows - 1) * n;
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j) loaded[j] = x[first + (j * LANES + l < n ? j * LANES + l : n - 1)];
+    }
     Summary mine = Weights::empty();
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
@@ -253,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, kWarpRowsMinBlocks<scalar_t, BOUNDED
       if constexpr (kPrefetch) {
         xv = next[j];
       } else {
-        xv = valid && j * LANES + l < n ? x[row * n + j * LANES + l] : scalar_t(0);
+        xv = valid && j * LANES + l < n ? loaded[j] : scalar_t(0);
       }
       const held_t<scalar_t> h = static_cast<held_t<scalar_t>>(xv);
       v[j * LANES] = h;  // the lane's own slots: only it reads them back
