@@ -911,9 +911,9 @@ def test_gpu_many_samples_without_replacement_errors_and_law():
 def test_gpu_one_pass_law_per_row_length(n, dtype, k):
     """Each row length class of the one-pass kernels (8, 16 or 32 lanes per row holding 4
     to 32 items each; a block per row for long rows or many samples), with the units held
-    (k = 40) and drawn against the lanes' bounds (k <= 8 in calls of 2^21 items or more:
-    k = 1 and 4 here): 1e7 draws pooled over identical rows, a row count that leaves a
-    warp's last row group part-empty."""
+    (k = 40, and rows of up to 32 items) and drawn against the lanes' bounds (k <= 8 from
+    longer rows in calls of 2^21 items or more: k = 1 and 4 here): 1e7 draws pooled over
+    identical rows, a row count that leaves a warp's last row group part-empty."""
     g = torch.Generator().manual_seed(30 + n)
     w = (torch.rand(n, generator=g, dtype=torch.float64) ** 3).to(dtype)
     w[::5] = 0
@@ -927,14 +927,15 @@ def test_gpu_one_pass_law_per_row_length(n, dtype, k):
 
 @requires_cuda
 @pytest.mark.parametrize("n,k,dtype,rows", [(1000, 1, torch.float32, 65_539), (100, 8, torch.bfloat16, 65_539),
-                                            (20, 3, torch.float16, 131_075), (300, 2, torch.float64, 65_539)])
+                                            (45, 3, torch.float16, 65_539), (300, 2, torch.float64, 65_539)])
 def test_gpu_warp_rows_lane_bounds_law_1e8(n, k, dtype, rows):
-    """Up to 8 draws a row from calls of 2^21 items or more: each lane's float64 sum bounds
-    its items' units, a point drawn over the bounds picks a lane, and it is kept only
-    within that lane's exact units, quantized by the row's lanes (warp_rows_cuda.cu). 1e8
-    draws pooled over identical rows with zeros (never drawn) and a skew: 1,000 items (32
-    lanes of 32), 100 (8 lanes of 16: each lane quantizes two of the drawn lane's items),
-    20 (8 lanes, some holding 2 items, some 3) and float64 (prefetched rows)."""
+    """Up to 8 draws a row from rows of more than 32 items, in calls of 2^21 items or more:
+    each lane's float64 sum bounds its items' units, a point drawn over the bounds picks a
+    lane, and it is kept only within that lane's exact units, quantized by the row's lanes
+    (warp_rows_cuda.cu). 1e8 draws pooled over identical rows with zeros (never drawn) and
+    a skew: 1,000 items (32 lanes of 32), 100 (8 lanes of 16: each lane quantizes two of
+    the drawn lane's items), 45 (8 lanes, some holding 6 items, some 5) and float64
+    (prefetched rows)."""
     g = torch.Generator().manual_seed(50 + n + k)
     w = (torch.rand(n, generator=g, dtype=torch.float64) ** 3).to(dtype)
     w[::6] = 0
@@ -949,8 +950,8 @@ def test_gpu_warp_rows_lane_bounds_law_1e8(n, k, dtype, rows):
 
 
 def _lane_bounds_rows(n, dtype):
-    """Rows a call with k <= 8 draws against the warp rows' lane bounds (2^21 items or
-    more), every fourth weight zero."""
+    """Rows (of more than 32 items) a call with k <= 8 draws against the warp rows' lane
+    bounds (2^21 items or more), every fourth weight zero."""
     rows = (1 << 21) // n + 5
     w = (torch.rand(rows, n, generator=torch.Generator().manual_seed(n), dtype=torch.float64) + 0.05).to(dtype)
     w[:, ::4] = 0

@@ -24,22 +24,27 @@ constexpr int64_t kMaxShortRowDraws = int64_t{1} << 18;  // and per call
 constexpr int64_t kOwnerSearches = 8;  // samples a row up to which owners search their registers
 
 // How a row's draws find their items, by the call (H100, us a call, in one process, held
-// units / bounds; docs/benchmarks.md, session 28):
+// units / lane bounds; docs/benchmarks.md, session 28):
 //
-// | samples | items in  | method | why                                                    |
-// | a row   | the call  |        |                                                        |
-// | ------- | --------- | ------ | ------------------------------------------------------ |
-// | k <= 8  | >= 2^21   | lane   | no units pass: the lanes' sums bound their units and   |
-// |         |           | bounds | only the drawn lane's items are quantized. 65,536 x    |
-// |         |           |        | 1,000 bfloat16, k = 1: 384 / 175 (units computed again |
-// |         |           |        | by the owner lane before), k = 8: 726 / 320; float32,  |
-// |         |           |        | k = 1: 404 / 181; 1,048,576 x 100 bfloat16, k = 1: 592 |
-// |         |           |        | / 390; float64 65,536 x 500, k = 2: 241 / 170; logits  |
-// |         |           |        | 16,384 x 1,000, k = 2: 277 / 150                       |
-// | other   |           | held   | a small call waits on the bounds' sequential steps (64 |
-// |         |           | units  | x 500 float32, k = 8: 29 / 32; 8 x 100 bfloat16: 29 /  |
-// |         |           |        | 31); more samples search the held units, a lookup each |
+// | samples | items in  | row    | method | why                                          |
+// | a row   | the call  | length |        |                                              |
+// | ------- | --------- | ------ | ------ | -------------------------------------------- |
+// | k <= 8  | >= 2^21   | > 32   | lane   | no units pass: the lanes' sums bound their   |
+// |         |           |        | bounds | units and only the drawn lane's items are    |
+// |         |           |        |        | quantized. 65,536 x 1,000 bfloat16, k = 1:   |
+// |         |           |        |        | 516 / 177 (384 when the owner lane computed  |
+// |         |           |        |        | its units again), k = 8: 732 / 268;          |
+// |         |           |        |        | 1,048,576 x 100 float32, k = 1: 959 / 408,   |
+// |         |           |        |        | k = 8: 1,480 / 778; x 50, k = 4: 484 / 413;  |
+// |         |           |        |        | logits 16,384 x 1,000, k = 2: 389 / 147      |
+// | other   |           |        | held   | up to 32 items a row a lane holds 4, which   |
+// |         |           |        | units  | cost less than the bounds' steps a sample:   |
+// |         |           |        |        | 1,048,576 x 4, k = 8: 312 / 511; x 18,       |
+// |         |           |        |        | bfloat16, k = 8: 344 / 522; float64, k = 1:  |
+// |         |           |        |        | 239 / 303; and a small call waits on those   |
+// |         |           |        |        | steps (64 x 500 float32, k = 8: 29 / 32)     |
 constexpr int64_t kBoundedRowSamples = 8;
+constexpr int64_t kHeldOnlyRow = 32;
 constexpr int64_t kBoundedFromItems = int64_t{1} << 21;
 
 // Inputs as held in registers: float unless they are doubles (exact either way).
@@ -92,40 +97,57 @@ __device__ inline void draw_against_lane_bounds(const Weights& wts, const RowLaw
   const uint64_t bound_through = row_inclusive_sum<LANES>(bound, l);
   const uint64_t bound_total = __shfl_sync(kFullMask, bound_through, LANES - 1, LANES);
   const uint64_t bound_before = bound_through - bound;
-  for (int64_t s = s_begin; s < s_end; ++s) {
-    int64_t item = 0;
-    bool pending = valid;
-    for (int attempt = 0; attempt < kMaxBoundAttempts && __any_sync(kFullMask, pending); ++attempt) {
-      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s + attempt * rows * k));
-      const uint64_t point = uniform_point(r.x, r.y, bound_total);
-      const unsigned owners = __ballot_sync(kFullMask, point - bound_before < bound) & row_mask;  // one, or none
-      const int owner = owners ? __ffs(owners) - 1 - row_lane0 : 0;
-      const uint64_t offset = point - __shfl_sync(kFullMask, bound_before, owner, LANES);
-      const value_t* owner_v = v - l + owner;  // the owner's item j at owner_v[j * LANES]
-      uint64_t u[kShare];
-      uint64_t share = 0;
-#pragma unroll
-      for (int m = 0; m < kShare; ++m) {
-        const int j = l + m * LANES;
-        u[m] = j < ITEMS && j * LANES + owner < n ? units(wts, owner_v[j * LANES], law, n) : uint64_t{0};
-        share += u[m];
-      }
-      const uint64_t through = row_inclusive_sum<LANES>(share, l);
-      uint64_t end = through - share;
-      int hit = -1;  // the owner's item holding the point, if this lane's share does
-#pragma unroll
-      for (int m = 0; m < kShare; ++m) {
-        end += u[m];
-        hit = hit < 0 && offset < end && offset >= end - u[m] ? l + m * LANES : hit;
-      }
-      const unsigned holders = __ballot_sync(kFullMask, owners != 0 && hit >= 0) & row_mask;
-      const int j = __shfl_sync(kFullMask, hit, holders ? __ffs(holders) - 1 - row_lane0 : 0, LANES);
-      if (pending && holders) {
-        item = static_cast<int64_t>(j) * LANES + owner;
-        pending = false;
-      }
+  for (int64_t s0 = s_begin; s0 < s_end; s0 += LANES) {
+    // Attempt 0 of the row's next LANES samples at once, lane t's Philox block for sample
+    // s0 + t (the row's lanes computing each sample's block in turn took 1,048,576 x 18,
+    // k = 8, from 0.52 to 0.74 ms); then each sample's point in turn.
+    uint64_t first_point = 0;
+    if (s0 + l < s_end) {
+      const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s0 + l));
+      first_point = uniform_point(r.x, r.y, bound_total);
     }
-    if (valid && l == 0) out[row * k + s] = item;
+    const int samples = static_cast<int>(s_end - s0 < LANES ? s_end - s0 : LANES);  // warp-uniform
+    int64_t drawn = 0;  // lane t: sample s0 + t's item
+    for (int t = 0; t < samples; ++t) {
+      const int64_t s = s0 + t;
+      int64_t item = 0;
+      bool pending = valid;
+      uint64_t point = __shfl_sync(kFullMask, first_point, t, LANES);
+      for (int attempt = 0; attempt < kMaxBoundAttempts && __any_sync(kFullMask, pending); ++attempt) {
+        if (attempt > 0) {
+          const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s + attempt * rows * k));
+          point = uniform_point(r.x, r.y, bound_total);
+        }
+        const unsigned owners = __ballot_sync(kFullMask, point - bound_before < bound) & row_mask;  // one, or none
+        const int owner = owners ? __ffs(owners) - 1 - row_lane0 : 0;
+        const uint64_t offset = point - __shfl_sync(kFullMask, bound_before, owner, LANES);
+        const value_t* owner_v = v - l + owner;  // the owner's item j at owner_v[j * LANES]
+        uint64_t u[kShare];
+        uint64_t share = 0;
+#pragma unroll
+        for (int m = 0; m < kShare; ++m) {
+          const int j = l + m * LANES;
+          u[m] = j < ITEMS && j * LANES + owner < n ? units(wts, owner_v[j * LANES], law, n) : uint64_t{0};
+          share += u[m];
+        }
+        const uint64_t through = row_inclusive_sum<LANES>(share, l);
+        uint64_t end = through - share;
+        int hit = -1;  // the owner's item holding the point, if this lane's share does
+#pragma unroll
+        for (int m = 0; m < kShare; ++m) {
+          end += u[m];
+          hit = hit < 0 && offset < end && offset >= end - u[m] ? l + m * LANES : hit;
+        }
+        const unsigned holders = __ballot_sync(kFullMask, owners != 0 && hit >= 0) & row_mask;
+        const int j = __shfl_sync(kFullMask, hit, holders ? __ffs(holders) - 1 - row_lane0 : 0, LANES);
+        if (pending && holders) {
+          item = static_cast<int64_t>(j) * LANES + owner;
+          pending = false;
+        }
+      }
+      if (l == t) drawn = item;
+    }
+    if (valid && s0 + l < s_end) out[row * k + s0 + l] = drawn;
   }
 }
 
@@ -298,8 +320,10 @@ void launch(const DrawCall& call, const Weights& wts) {
   int64_t slices = slices_for(groups, call.k);
   slices = ceil_div(call.k, ceil_div(call.k, slices));  // none empty
   const int blocks = grid_for(groups * slices * kWarp, kThreads);
-  const bool bounded = call.k <= kBoundedRowSamples && call.rows * call.n >= kBoundedFromItems;  // the table above
-  const auto kernel = bounded ? warp_rows_kernel<scalar_t, Weights, LANES, ITEMS, true>
+  // The table above; rows of up to kHeldOnlyRow items are those of 8 lanes of 4.
+  constexpr bool kMayBound = LANES * ITEMS > kHeldOnlyRow;
+  const bool bounded = kMayBound && call.k <= kBoundedRowSamples && call.rows * call.n >= kBoundedFromItems;
+  const auto kernel = bounded ? warp_rows_kernel<scalar_t, Weights, LANES, ITEMS, kMayBound>
                               : warp_rows_kernel<scalar_t, Weights, LANES, ITEMS, false>;
   kernel<<<blocks, kThreads, 0, call.stream>>>(call.x.const_data_ptr<scalar_t>(), call.rows, call.n, call.k, slices,
                                                wts, call.philox, call.out, call.status);
