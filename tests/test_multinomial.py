@@ -45,17 +45,23 @@ def test_value_errors_with_replacement_every_method(device, n, k):
     CDF, over chunks or stored; alias tables, whose build flags the values) raises torch's
     errors, and a valid call after them draws in range."""
     w = torch.rand(3, n, device=device) + 0.1
+    _assert_value_errors_with_replacement(w, k, (1, n // 2), 2)
+    s = torch_wrs.multinomial(w, k, True)
+    assert s.shape == (3, k) and s.min() >= 0 and s.max() < n
+
+
+def _assert_value_errors_with_replacement(w, k, bad_at, zero_row):
+    """A negative, NaN or inf weight at bad_at, and row zero_row all zeros, each raise
+    torch's text."""
     for bad in (-1.0, float("nan"), float("inf")):
         x = w.clone()
-        x[1, n // 2] = bad
+        x[bad_at] = bad
         with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
             torch_wrs.multinomial(x, k, True)
     x = w.clone()
-    x[2] = 0
+    x[zero_row] = 0
     with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
         torch_wrs.multinomial(x, k, True)
-    s = torch_wrs.multinomial(w, k, True)
-    assert s.shape == (3, k) and s.min() >= 0 and s.max() < n
 
 
 def test_empty_batch(device):
@@ -216,12 +222,18 @@ def test_gpu_invalid_input_under_capture_stays_in_range(n):
     w[4, :] = float("inf")
     for k, replacement in ((1, True), (4, True), (100, True), (2000, True), (3, False), (40, False), (70, False),
                            (150, False)):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            s = torch_wrs.multinomial(w, k, replacement)
-        graph.replay()
-        torch.cuda.synchronize()
+        s = _drawn_under_capture(w, k, replacement)
         assert s.min() >= 0 and s.max() < n
+
+
+def _drawn_under_capture(w, k, replacement):
+    """multinomial(w, k, replacement) captured in a CUDA graph and replayed once: its draws."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        s = torch_wrs.multinomial(w, k, replacement)
+    graph.replay()
+    torch.cuda.synchronize()
+    return s
 
 
 def test_direct_binding_is_the_operator(device):
@@ -965,15 +977,7 @@ def test_gpu_warp_rows_lane_bounds_errors(n, dtype):
     row; valid rows draw in range and never a zero weight."""
     w = _lane_bounds_rows(n, dtype)
     for k in (1, 8):
-        for bad in (-1.0, float("nan"), float("inf")):
-            x = w.clone()
-            x[w.shape[0] // 2, 5] = bad
-            with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
-                torch_wrs.multinomial(x, k, True)
-        x = w.clone()
-        x[7] = 0
-        with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
-            torch_wrs.multinomial(x, k, True)
+        _assert_value_errors_with_replacement(w, k, (w.shape[0] // 2, 5), 7)
         s = torch_wrs.multinomial(w, k, True)
         assert s.shape == (w.shape[0], k) and s.min() >= 0 and s.max() < n
         assert not (s % 4 == 0).any(), "a zero weight was drawn"
@@ -992,11 +996,7 @@ def test_gpu_warp_rows_lane_bounds_invalid_rows_under_capture(n, dtype):
     w[5, :] = float("inf")
     w[6] = 0
     for k in (1, 8):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            s = torch_wrs.multinomial(w, k, True)
-        graph.replay()
-        torch.cuda.synchronize()
+        s = _drawn_under_capture(w, k, True)
         assert s.min() >= 0 and s.max() < n
         valid = torch.ones(w.shape[0], dtype=torch.bool, device="cuda")
         valid[bad_rows] = False
