@@ -474,6 +474,29 @@ def test_gpu_one_draw_over_chunks_law_1e8(rows, k):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_one_draw_over_tiles_law_1e8(dtype):
+    """Few draws from rows of up to 1,024 tiles: a warp bounds each tile (summarize_tiles_kernel),
+    a block per draw. 16-bit probabilities in 64 rows of 40,000 (39 tiles and a tail of 64
+    items), whole tiles of zeros and a zero tail: 1e8 draws against the weights as given,
+    zero weights never drawn."""
+    rows, n, k = 64, 40_000, 8
+    g = torch.Generator().manual_seed(74)
+    w = (torch.rand(n, generator=g, dtype=torch.float64) ** 4).to(dtype)
+    w[::7] = 0
+    w[3072:6144] = 0
+    w[-64:] = 0
+    x = w.cuda().expand(rows, n).contiguous()
+    gen = torch.Generator("cuda").manual_seed(75)
+    counts = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for _ in range(-(-10**8 // (rows * k))):
+        counts += torch.bincount(torch_wrs.multinomial(x, k, True, generator=gen).reshape(-1), minlength=n)
+    assert counts.sum() >= 1e8
+    assert counts[::7].sum() == 0 and counts[3072:6144].sum() == 0 and counts[-64:].sum() == 0
+    assert g_test_pvalue(counts, w.double()) > P_MIN
+
+
+@requires_cuda
 @pytest.mark.parametrize("rows,n,k,calls,logits", [(16, 1_000_003, 50_000, 125, False), (4096, 4000, 200, 123, False),
                                                     (2200, 5000, 300, 152, True), (1, 32_000, 1 << 20, 96, False),
                                                     (128, 20_000, 1 << 15, 24, False), (64, 5000, 1 << 14, 96, True)])

@@ -13,7 +13,8 @@
 //      look-ahead of a tile per warp skips the tiles that hold none).
 // A few draws a row (kMaxBoundedDraws) skip step 2: each chunk's summary bounds its units,
 // and a block per draw finds its chunk against those bounds, with rejection
-// (one_draw_kernel).
+// (one_draw_kernel). Their chunks are single tiles, a warp each, where a row has at most
+// kMaxChunks tiles (summarize_tiles_kernel).
 // With one chunk per row (enough rows to fill the GPU) one kernel does all three steps,
 // its later reads of the row served by L1 and L2.
 //
@@ -28,6 +29,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cub/warp/warp_reduce.cuh>
 
 #include <algorithm>
 
@@ -463,6 +465,48 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) summaries[blockIdx.x] = s;
 }
 
+// Step 1 for one_draw_kernel where a row has at most kMaxChunks tiles: chunks of one
+// tile, a warp each, summarized as summarize_kernel does a chunk but with a warp
+// reduction and no barrier. Chunks of a few tiles, a block each, spent more of their
+// instructions on the block reduction than on the items (ncu, H200, 64 x 128,256
+// bfloat16 logits: 16 items a thread, issue slots 62% busy, DRAM 20%), and the draw then
+// walked its chunk's tiles one after another.
+template <typename scalar_t, typename Weights>
+__global__ void __launch_bounds__(kThreads)
+    summarize_tiles_kernel(const scalar_t* x, int64_t n, int64_t k, int64_t rows, int64_t chunks, Weights wts,
+                           float log2e_over_t, Summary* summaries, int64_t* out) {
+  constexpr int kWarps = kThreads / kWarp;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t chunk = blockIdx.x * static_cast<int64_t>(kWarps) + warp;
+  if (chunk >= rows * chunks) return;  // the whole warp
+  const ChunkOf ch(chunk, n, chunks, kTile);
+  if (ch.c == 0) {
+    for (int64_t s = lane; s < k; s += kWarp) out[ch.row * k + s] = 0;
+  }
+  const scalar_t* xc = x + ch.row * n + ch.first;
+  if constexpr (Weights::kLogits && sizeof(scalar_t) <= 4) {
+    if (log2e_over_t > 0) {
+      FastLogitBound mine;
+      for_each_group<float>(xc, ch.count, lane, kWarp, [&](const auto& v) { mine.add(v, log2e_over_t); });
+      if (!__any_sync(kFullMask, mine.exact())) {
+        using FastWarpReduce = cub::WarpReduce<FastLogitBound>;
+        __shared__ typename FastWarpReduce::TempStorage fast[kWarps];
+        const FastLogitBound b = FastWarpReduce(fast[warp]).Reduce(mine, CombineFastBounds{log2e_over_t});
+        // As summarize_kernel's: a lane's items at most, and more than the reduction's steps.
+        const int items = static_cast<int>(ch.count / kWarp) + 16 + 16;
+        if (lane == 0) summaries[chunk] = b.summary(wts.inv_temperature, items);
+        return;
+      }
+    }
+  }
+  Summary mine = Weights::empty();
+  for_each_item(xc, ch.count, lane, kWarp, [&](double v) { mine = wts.add(mine, v); });
+  using SummaryWarpReduce = cub::WarpReduce<Summary>;
+  __shared__ typename SummaryWarpReduce::TempStorage exact[kWarps];
+  const Summary s = SummaryWarpReduce(exact[warp]).Reduce(mine, CombineSummaries<Weights>{});
+  if (lane == 0) summaries[chunk] = s;
+}
+
 static_assert(kMaxChunks <= kThreads * 4, "a block scans a row's chunk bounds, 4 per thread");
 
 template <typename scalar_t, typename Weights>
@@ -700,23 +744,34 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  const int64_t chunk_items = ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
-  const int64_t blocks = call.rows * chunks;
   at::Tensor keep;
-  const auto [summaries, chunk_total] = scratch_arrays<Summary, uint64_t>(keep, call.x.options(), {blocks, blocks});
   if (call.k <= kMaxBoundedDraws && call.rows * call.k <= kMaxBoundedDrawBlocks) {
     // log2(e) / T for the fast logit bound, where float holds it as a normal number
     // (else the exact summary serves).
     const double c = call.logits ? 1.4426950408889634 * call.inv_temperature : 0.0;
     const float log2e_over_t = c > 0x1.0p-100 && c < 0x1.0p100 ? static_cast<float>(c) : 0.0f;
-    summarize_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, call.k, chunks, chunk_items,
-                                                                            wts, log2e_over_t, summaries, call.out);
+    const int64_t tiles = ceil_div(call.n, kTile);
+    const bool tile_chunks = tiles <= kMaxChunks;  // else chunks of several tiles, a block each
+    const int64_t bound_chunks = tile_chunks ? tiles : chunks;
+    const int64_t chunk_items = tile_chunks ? kTile : ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
+    const auto [bounds] = scratch_arrays<Summary>(keep, call.x.options(), {call.rows * bound_chunks});
+    if (tile_chunks) {
+      summarize_tiles_kernel<scalar_t, Weights>
+          <<<ceil_div(call.rows * tiles, kThreads / kWarp), kThreads, 0, call.stream>>>(
+              x, call.n, call.k, call.rows, tiles, wts, log2e_over_t, bounds, call.out);
+    } else {
+      summarize_kernel<scalar_t, Weights><<<call.rows * chunks, kThreads, 0, call.stream>>>(
+          x, call.n, call.k, chunks, chunk_items, wts, log2e_over_t, bounds, call.out);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     one_draw_kernel<scalar_t, Weights><<<call.rows * call.k, kThreads, 0, call.stream>>>(
-        x, call.n, call.rows, call.k, chunks, chunk_items, wts, summaries, call.philox, call.out, call.status);
+        x, call.n, call.rows, call.k, bound_chunks, chunk_items, wts, bounds, call.philox, call.out, call.status);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
+  const int64_t chunk_items = ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
+  const int64_t blocks = call.rows * chunks;
+  const auto [summaries, chunk_total] = scratch_arrays<Summary, uint64_t>(keep, call.x.options(), {blocks, blocks});
   summarize_kernel<scalar_t, Weights><<<blocks, kThreads, 0, call.stream>>>(x, call.n, call.k, chunks, chunk_items,
                                                                           wts, 0.0f, summaries, call.out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
