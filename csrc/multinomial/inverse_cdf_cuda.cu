@@ -13,8 +13,8 @@
 //      look-ahead of a tile per warp skips the tiles that hold none).
 // A few draws a row (kMaxBoundedDraws) skip step 2: each chunk's summary bounds its units,
 // and a block per draw finds its chunk against those bounds, with rejection
-// (one_draw_kernel). Their chunks are single tiles, a warp each, where a row has at most
-// kMaxChunks tiles (summarize_tiles_kernel).
+// (one_draw_kernel). Chunks of several tiles are cut into single tiles there, a warp each,
+// where a row has at most kMaxChunks tiles (summarize_tiles_kernel).
 // With one chunk per row (enough rows to fill the GPU) one kernel does all three steps,
 // its later reads of the row served by L1 and L2.
 //
@@ -751,11 +751,15 @@ void launch(const DrawCall& call, const Weights& wts, int64_t chunks) {
     const double c = call.logits ? 1.4426950408889634 * call.inv_temperature : 0.0;
     const float log2e_over_t = c > 0x1.0p-100 && c < 0x1.0p100 ? static_cast<float>(c) : 0.0f;
     const int64_t tiles = ceil_div(call.n, kTile);
-    const bool tile_chunks = tiles <= kMaxChunks;  // else chunks of several tiles, a block each
-    const int64_t bound_chunks = tile_chunks ? tiles : chunks;
-    const int64_t chunk_items = tile_chunks ? kTile : ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
+    // Chunks of several tiles become single tiles, a warp each, where a row has at most
+    // kMaxChunks tiles. Chunks that are single tiles already keep a block each: its 256
+    // threads load a tile in one round, a warp's 32 lanes in several (H200, 8 x 32,000,
+    // k = 8: 29.7 against 32.0 us).
+    const bool warp_tiles = chunks < tiles && tiles <= kMaxChunks;
+    const int64_t bound_chunks = warp_tiles ? tiles : chunks;
+    const int64_t chunk_items = warp_tiles ? kTile : ceil_div(ceil_div(call.n, chunks), kTile) * kTile;
     const auto [bounds] = scratch_arrays<Summary>(keep, call.x.options(), {call.rows * bound_chunks});
-    if (tile_chunks) {
+    if (warp_tiles) {
       summarize_tiles_kernel<scalar_t, Weights>
           <<<ceil_div(call.rows * tiles, kThreads / kWarp), kThreads, 0, call.stream>>>(
               x, call.n, call.k, call.rows, tiles, wts, log2e_over_t, bounds, call.out);
