@@ -51,6 +51,12 @@ namespace {
 
 constexpr int64_t kChunk = int64_t(1) << 15;  // items per task of a long row
 constexpr int64_t kTaskItems = int64_t(1) << 14;  // at least this much work per parallel_for grain
+// Rows of one chunk each go parallel from this many items (n + k a row): a short row costs
+// several times a long row's item, so 16,384 kept calls of 20-60 us on one thread. CI
+// machine, 2 threads, interleaved medians, us, 16,384 -> 2,048 (torch): 256 x 18, k = 2:
+// 22.6 -> 18.0 (25.3); 128 x 32, k = 2: 17.9 -> 12.3 (18.2); 64 x 18, k = 8: 15.6 -> 11.8
+// (21.8); 32 x 100, k = 2: 9.0 -> 7.2 (10.6); below 2,048 items splitting gained nothing.
+constexpr int64_t kRowTaskItems = int64_t(1) << 11;
 
 // Race keys cost a Philox block per two items (and a log for each item ruled_out keeps),
 // several times an inverse CDF's passes per item: fewer rows than kRaceChunkedRows are
@@ -614,7 +620,7 @@ void draw_inverse_cdf(const Request& r, const scalar_t* x, const Weights& wts, c
   const bool bounded = !prefix && r.n >= kBoundedRowsFrom && r.k * kBoundStretch <= r.n;
   const int64_t stretches = bounded ? (r.n + kBoundStretch - 1) / kBoundStretch : 0;
   std::atomic<uint32_t> flags{0};
-  at::parallel_for(0, r.rows, std::max<int64_t>(1, kTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
+  at::parallel_for(0, r.rows, std::max<int64_t>(1, kRowTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
     std::vector<Summary> summary(b1 - b0);
     std::vector<Summary> stretch(stretches);
     StretchBounds bounds;
