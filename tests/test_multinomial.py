@@ -476,10 +476,11 @@ def test_gpu_one_draw_over_chunks_law_1e8(rows, k):
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_one_draw_over_tiles_law_1e8(dtype):
-    """Few draws from rows of up to 1,024 tiles: a warp bounds each tile (summarize_tiles_kernel),
-    a block per draw. 16-bit probabilities in 64 rows of 40,000 (39 tiles and a tail of 64
-    items), whole tiles of zeros and a zero tail: 1e8 draws against the weights as given,
-    zero weights never drawn."""
+    """Few draws from rows of up to 1,024 tiles whose GPU-filling chunks would hold several
+    tiles: a warp bounds each tile (summarize_tiles_kernel), a block per draw. 16-bit
+    probabilities in 64 rows of 40,000 (39 tiles and a tail of 64 items; 20 chunks of two
+    tiles before), whole tiles of zeros and a zero tail: 1e8 draws against the weights as
+    given, zero weights never drawn."""
     rows, n, k = 64, 40_000, 8
     g = torch.Generator().manual_seed(74)
     w = (torch.rand(n, generator=g, dtype=torch.float64) ** 4).to(dtype)
