@@ -69,4 +69,27 @@ TORCH_LIBRARY(wrs, m) {
   // CPU, one kernel on CUDA, draws each pair and writes its Beta variate).
   m.def("beta_pairs(Tensor a, Tensor b, *, bool validate=True, Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
+
+  // LLM sampling (csrc/llm/llm.h states the law): temperature, top-k, top-p and min-p, each
+  // a number or a per-row tensor [B], over logits (logits=True) or probabilities [..., V];
+  // seeds [B] key each row's draws alone. Returns int64 tokens [..., num_samples] and
+  // float32 log-probabilities of them (logprobs: 0 none, an empty tensor; 1 under the
+  // filtered law; 2 under log_softmax(logits / T)). Nothing is read back to the host:
+  // invalid rows give token 0 and a NaN log-probability.
+  m.def("sample_llm(Tensor input, SymInt num_samples=1, *, bool logits=True, Tensor? temperature=None, "
+        "float temperature_value=1.0, Tensor? top_k=None, int top_k_value=0, Tensor? top_p=None, "
+        "float top_p_value=1.0, Tensor? min_p=None, float min_p_value=0.0, Tensor? seeds=None, int logprobs=0, "
+        "Generator? generator=None) -> (Tensor, Tensor)",
+        {at::Tag::nondeterministic_seeded});
+  // The processed logits of sample_llm: logits / T where kept, -inf elsewhere (NaN rows
+  // where invalid; a greedy row keeps its first largest logit).
+  m.def("filter_logits(Tensor logits, *, Tensor? temperature=None, float temperature_value=1.0, "
+        "Tensor? top_k=None, int top_k_value=0, Tensor? top_p=None, float top_p_value=1.0, Tensor? min_p=None, "
+        "float min_p_value=0.0) -> Tensor");
+  // Speculative decoding's rejection scheme: draft_probs [B, S, V], draft_tokens [B, S],
+  // target_probs [B, S + 1, V] -> emitted tokens int64 [B, S + 1] (-1 after the last) and
+  // the accepted draft count int64 [B]. The emitted tokens follow the target law exactly.
+  m.def("speculative_accept(Tensor draft_probs, Tensor draft_tokens, Tensor target_probs, *, "
+        "Generator? generator=None) -> (Tensor, Tensor)",
+        {at::Tag::nondeterministic_seeded});
 }

@@ -101,3 +101,24 @@ def _inverse_cdf_fake(cdf, guide, nodes, u, row=None, *, validate=True):
 @torch.library.register_fake("wrs::radix_forest_sample")
 def _radix_forest_sample_fake(cdf, guide, nodes, num_samples, *, generator=None):
     return cdf.new_empty((*cdf.shape[:-1], num_samples), dtype=torch.int64)
+
+
+@torch.library.register_fake("wrs::sample_llm")
+def _sample_llm_fake(input, num_samples=1, *, logits=True, temperature=None, temperature_value=1.0, top_k=None,
+                     top_k_value=0, top_p=None, top_p_value=1.0, min_p=None, min_p_value=0.0, seeds=None, logprobs=0,
+                     generator=None):
+    torch._check(input.dim() >= 1, lambda: "sample_llm: input must have at least one dimension")
+    shape = (*input.shape[:-1], num_samples)
+    return input.new_empty(shape, dtype=torch.int64), input.new_empty(shape if logprobs else (0,), dtype=torch.float32)
+
+
+@torch.library.register_fake("wrs::filter_logits")
+def _filter_logits_fake(logits, *, temperature=None, temperature_value=1.0, top_k=None, top_k_value=0, top_p=None,
+                        top_p_value=1.0, min_p=None, min_p_value=0.0):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("wrs::speculative_accept")
+def _speculative_accept_fake(draft_probs, draft_tokens, target_probs, *, generator=None):
+    b, s = draft_tokens.shape
+    return draft_probs.new_empty((b, s + 1), dtype=torch.int64), draft_probs.new_empty((b,), dtype=torch.int64)
