@@ -53,9 +53,9 @@ struct RowControls {
   int64_t top_k;  // 0: off
   float top_p;    // >= 1: off
   float min_p;    // <= 0: off
-  bool top_k_on(int64_t v) const { return top_k > 0 && top_k < v; }
-  bool top_p_on() const { return top_p < 1.0f; }
-  bool min_p_on() const { return min_p > 0.0f; }
+  C10_HOST_DEVICE bool top_k_on(int64_t v) const { return top_k > 0 && top_k < v; }
+  C10_HOST_DEVICE bool top_p_on() const { return top_p < 1.0f; }
+  C10_HOST_DEVICE bool min_p_on() const { return min_p > 0.0f; }
 };
 
 C10_HOST_DEVICE inline RowControls row_controls(const Controls& c, int64_t row) {

@@ -1,0 +1,490 @@
+// CUDA kernels of sample_llm and filter_logits (llm.h states the law). A row is served by
+// a cluster of CTAs (dispatch_cuda.h picks its size), each over a contiguous share of the
+// row; the CTAs combine their partial results through distributed shared memory, so a row
+// takes one launch however it is split. A row's passes over its values:
+//   1. stats (only with a control or greedy): largest value, first argmax, bad values,
+//      log-sum-exp;
+//   2. top-k / top-p: the level-1 histogram (count and integer mass per bin); the boundary
+//      bin's items are stashed in shared memory when few (levels 2 and 3 then run there),
+//      else levels 2 and 3 run as more passes;
+//   3. the race over kept items (or, for filter_logits, the write).
+// Nothing is read back to the host; invalid rows give token 0 and a NaN log-probability.
+#include "common/cuda_utils.cuh"
+#include "common/philox_cuda.cuh"
+#include "llm/dispatch_cuda.h"
+#include "llm/llm_ops.h"
+#include "llm/select_cuda.cuh"
+
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cooperative_groups.h>
+#include <cub/block/block_reduce.cuh>
+#include <torch/library.h>
+
+#include <cfloat>
+
+namespace wrs::llm {
+namespace {
+
+namespace cg = cooperative_groups;
+
+template <typename scalar_t>
+struct Args {
+  const scalar_t* x;
+  int64_t v;
+  int64_t samples;
+  Controls controls;
+  at::PhiloxCudaState philox;
+  int64_t logprob_mode;
+  int mass_bits;
+  int64_t* tokens;
+  float* logprobs;
+  scalar_t* filtered;  // filter_logits' output, or nullptr
+};
+
+// What a pass reduces: the largest value and its first index, bad values, and an online
+// log-sum-exp (m, s) of the log-weights; for the race also the best race key and its item.
+struct Partial {
+  float best;
+  int64_t index;
+  float m;
+  float s;
+  int bad;
+};
+
+__device__ inline void add_lse(Partial& p, float l) {
+  if (!(l > -FLT_MAX)) return;
+  if (l > p.m) {
+    p.s = p.s * __expf(p.m - l) + 1.0f;
+    p.m = l;
+  } else {
+    p.s += __expf(l - p.m);
+  }
+}
+
+struct Combine {
+  __device__ Partial operator()(const Partial& a, const Partial& b) const {
+    const bool b_wins = b.best > a.best || (b.best == a.best && b.index < a.index);
+    Partial r = b_wins ? b : a;
+    r.bad = a.bad | b.bad;
+    if (b.s == 0.0f) {
+      r.m = a.m, r.s = a.s;
+    } else if (a.s == 0.0f) {
+      r.m = b.m, r.s = b.s;
+    } else {
+      const float m = fmaxf(a.m, b.m);
+      r.m = m, r.s = a.s * __expf(a.m - m) + b.s * __expf(b.m - m);
+    }
+    return r;
+  }
+};
+
+constexpr Partial kEmpty{-INFINITY, INT64_MAX, -INFINITY, 0.0f, 0};
+
+__device__ inline int64_t ceil_div_dev(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Shared {
+  uint32_t local_count[kBins];
+  uint64_t local_mass[kBins];
+  uint32_t l1_count[kBins];  // level 1, summed over the cluster
+  uint64_t l1_mass[kBins];
+  uint32_t count[kBins];  // levels 2 and 3
+  uint64_t mass[kBins];
+  uint32_t stash_key[kStash];  // this CTA's candidates
+  uint64_t stash_q[kStash];
+  uint32_t cand_key[kStash];  // every CTA's candidates
+  uint64_t cand_q[kStash];
+  int stash_n, cand_n;
+  Partial part;
+  Boundary boundary;
+  typename cub::BlockReduce<Partial, kThreads>::TempStorage reduce;
+  typename CountMassScan::TempStorage scan;
+  typename cub::BlockReduce<uint64_t, kThreads>::TempStorage total_reduce;
+  uint64_t total;
+};
+
+template <typename scalar_t>
+struct alignas(4 * sizeof(scalar_t)) Quad {
+  scalar_t item[4];
+};
+
+// Calls f(i, y) for each item of this CTA's share of the row; two quads a thread per trip,
+// both loads in flight before either is used.
+template <typename scalar_t>
+__device__ inline int load_quad(const scalar_t* xr, int64_t v, int64_t q, bool aligned, float (&y)[4]) {
+  if (aligned && 4 * q + 4 <= v) {
+    const Quad<scalar_t> quad = reinterpret_cast<const Quad<scalar_t>*>(xr)[q];
+#pragma unroll
+    for (int h = 0; h < 4; ++h) y[h] = static_cast<float>(quad.item[h]);
+    return 4;
+  }
+  const int present = static_cast<int>(min(int64_t{4}, v - 4 * q));
+  for (int h = 0; h < 4; ++h) y[h] = h < present ? static_cast<float>(xr[4 * q + h]) : 0.0f;
+  return present;
+}
+
+template <bool kLogits, typename scalar_t, typename F>
+__device__ inline void for_each(const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end, float inv_t, F&& f) {
+  const bool aligned = reinterpret_cast<uintptr_t>(xr) % sizeof(Quad<scalar_t>) == 0;
+  for (int64_t q = q_begin + threadIdx.x; q < q_end; q += 2 * kThreads) {
+    float y0[4], y1[4];
+    const int n0 = load_quad(xr, v, q, aligned, y0);
+    const int n1 = q + kThreads < q_end ? load_quad(xr, v, q + kThreads, aligned, y1) : 0;
+    for (int h = 0; h < n0; ++h) f(4 * q + h, kLogits ? y0[h] * inv_t : y0[h]);
+    for (int h = 0; h < n1; ++h) f(4 * (q + kThreads) + h, kLogits ? y1[h] * inv_t : y1[h]);
+  }
+}
+
+// The cluster's combination of every CTA's block-reduced partial (the same in every CTA).
+__device__ Partial cluster_partial(Shared& sh, const Partial& mine, cg::cluster_group& cluster) {
+  const Partial block = cub::BlockReduce<Partial, kThreads>(sh.reduce).Reduce(mine, Combine());
+  if (threadIdx.x == 0) sh.part = block;
+  cluster.sync();
+  Partial all = kEmpty;
+  for (unsigned r = 0; r < cluster.num_blocks(); ++r) all = Combine()(all, cluster.map_shared_rank(&sh, r)->part);
+  cluster.sync();
+  return all;
+}
+
+// Sums every CTA's local histogram into (count, mass).
+__device__ void cluster_histogram(Shared& sh, uint32_t* count, uint64_t* mass, cg::cluster_group& cluster) {
+  cluster.sync();
+  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+    uint32_t c = 0;
+    uint64_t m = 0;
+    for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
+      const Shared* other = cluster.map_shared_rank(&sh, r);
+      c += other->local_count[b];
+      m += other->local_mass[b];
+    }
+    count[b] = c, mass[b] = m;
+  }
+  cluster.sync();
+}
+
+__device__ void clear(uint32_t* count, uint64_t* mass) {
+  for (int b = threadIdx.x; b < kBins; b += kThreads) count[b] = 0, mass[b] = 0;
+  __syncthreads();
+}
+
+template <bool kLogits, typename scalar_t>
+struct Row {
+  const scalar_t* xr;
+  int64_t v, q_begin, q_end;
+  float inv_t, ymax;
+  int bits;
+  bool need_mass;
+  __device__ uint64_t q(float y) const { return need_mass ? quantize_mass(mass_of<kLogits>(y, ymax), bits) : 0; }
+};
+
+// One histogram pass over the row at `level` (items in `prefix`, key >= floor), summed
+// over the cluster into (count, mass).
+template <bool kLogits, typename scalar_t>
+__device__ void histogram_pass(Shared& sh, const Row<kLogits, scalar_t>& row, int level, uint32_t prefix,
+                               uint32_t floor, uint32_t* count, uint64_t* mass, cg::cluster_group& cluster) {
+  clear(sh.local_count, sh.local_mass);
+  for_each<kLogits>(row.xr, row.v, row.q_begin, row.q_end, row.inv_t, [&](int64_t, float y) {
+    const uint32_t key = order_key(y);
+    if (key < floor || !in_prefix(key, level, prefix)) return;
+    const int b = bin_of(key, level);
+    atomicAdd(&sh.local_count[b], 1u);
+    if (row.need_mass) atomicAdd(reinterpret_cast<unsigned long long*>(&sh.local_mass[b]), row.q(y));
+  });
+  cluster_histogram(sh, count, mass, cluster);
+}
+
+// Gathers the items of level-1 bin `bin` with key >= floor into cand_* (every CTA's).
+template <bool kLogits, typename scalar_t>
+__device__ void stash_pass(Shared& sh, const Row<kLogits, scalar_t>& row, uint32_t bin, uint32_t floor,
+                           cg::cluster_group& cluster) {
+  if (threadIdx.x == 0) sh.stash_n = 0;
+  __syncthreads();
+  for_each<kLogits>(row.xr, row.v, row.q_begin, row.q_end, row.inv_t, [&](int64_t, float y) {
+    const uint32_t key = order_key(y);
+    if (key < floor || (key >> level_shift(1)) != bin) return;
+    const int slot = atomicAdd(&sh.stash_n, 1);
+    if (slot < kStash) sh.stash_key[slot] = key, sh.stash_q[slot] = row.q(y);
+  });
+  cluster.sync();
+  int offset = 0;
+  for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
+    const Shared* other = cluster.map_shared_rank(&sh, r);
+    const int n = min(other->stash_n, kStash - offset);
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+      sh.cand_key[offset + j] = other->stash_key[j];
+      sh.cand_q[offset + j] = other->stash_q[j];
+    }
+    offset += n;
+  }
+  if (threadIdx.x == 0) sh.cand_n = offset;
+  cluster.sync();
+}
+
+// A histogram of the stashed candidates at `level` (the same in every CTA).
+__device__ void stash_histogram(Shared& sh, int level, uint32_t prefix, uint32_t floor) {
+  clear(sh.count, sh.mass);
+  for (int j = threadIdx.x; j < sh.cand_n; j += kThreads) {
+    const uint32_t key = sh.cand_key[j];
+    if (key < floor || !in_prefix(key, level, prefix)) continue;
+    const int b = bin_of(key, level);
+    atomicAdd(&sh.count[b], 1u);
+    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.mass[b]), static_cast<unsigned long long>(sh.cand_q[j]));
+  }
+  __syncthreads();
+}
+
+// The level-1 histogram's total mass, in every thread.
+__device__ uint64_t histogram_mass(Shared& sh) {
+  uint64_t mine = 0;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) mine += sh.l1_mass[b];
+  const uint64_t total = cub::BlockReduce<uint64_t, kThreads>(sh.total_reduce).Sum(mine);
+  if (threadIdx.x == 0) sh.total = total;
+  __syncthreads();
+  return sh.total;
+}
+
+// Which level-1 bin the candidates hold (items with key >= floor), or -1.
+struct StashState {
+  int bin = -1;
+  uint32_t floor = 0;
+};
+
+// The largest key t such that the items with key >= max(t, floor) reach `target` (in
+// count, or in mass), and their count and mass: levels 2 and 3 run on the stash where
+// the level-1 boundary bin holds at most kStash items, else as passes over the row.
+template <bool kLogits, typename scalar_t>
+__device__ uint32_t select(Shared& sh, const Row<kLogits, scalar_t>& row, bool by_mass, uint64_t target,
+                           uint32_t floor, StashState& stash, CountMass& ge, cg::cluster_group& cluster) {
+  Boundary b = find_boundary(sh.l1_count, sh.l1_mass, CountMass{0, 0}, target, by_mass, sh.scan, &sh.boundary);
+  uint32_t prefix = 0;
+  bool on_stash = false;
+  for (int level = 1;; ++level) {
+    if (b.bin < 0) {  // out of reach, which a valid row never is: keep everything
+      ge = CountMass{0, 0};
+      return 0;
+    }
+    prefix = (level == 1 ? 0u : prefix << level_bits(level)) | static_cast<uint32_t>(b.bin);
+    if (level == 3) {
+      ge = AddCountMass()(b.above, b.in_bin);
+      return prefix;
+    }
+    if (level == 1) {
+      on_stash = stash.bin == b.bin && stash.floor <= floor;
+      if (!on_stash && b.in_bin.count <= static_cast<uint64_t>(kStash)) {
+        stash_pass(sh, row, prefix, floor, cluster);
+        stash = StashState{b.bin, floor};
+        on_stash = true;
+      }
+    }
+    if (on_stash) {
+      stash_histogram(sh, level + 1, prefix, floor);
+    } else {
+      histogram_pass(sh, row, level + 1, prefix, floor, sh.count, sh.mass, cluster);
+    }
+    b = find_boundary(sh.count, sh.mass, b.above, target, by_mass, sh.scan, &sh.boundary);
+  }
+}
+
+template <typename scalar_t, bool kLogits>
+__global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  Shared& sh = *reinterpret_cast<Shared*>(smem);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int64_t cs = cluster.num_blocks();
+  const int64_t row = blockIdx.x / cs;
+  const int64_t rank = cluster.block_rank();
+  const RowControls rc = row_controls(a.controls, row);
+  const int64_t quads = (a.v + 3) / 4;
+  const int64_t share = ceil_div_dev(quads, cs);
+  Row<kLogits, scalar_t> r{a.x + row * a.v, a.v, rank * share, min(quads, (rank + 1) * share), rc.inv_temperature,
+                           0.0f, a.mass_bits, rc.top_p_on()};
+  const bool filter = a.filtered != nullptr;
+  scalar_t* out = filter ? a.filtered + row * a.v : nullptr;
+  auto finish_invalid = [&] {
+    if (filter) {
+      for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, 1.0f, [&](int64_t i, float) { out[i] = static_cast<scalar_t>(NAN); });
+    } else if (rank == 0) {
+      for (int64_t s = threadIdx.x; s < a.samples; s += kThreads) {
+        a.tokens[row * a.samples + s] = 0;
+        if (a.logprobs) a.logprobs[row * a.samples + s] = NAN;
+      }
+    }
+  };
+  if (!rc.valid) return finish_invalid();
+
+  // 1. stats
+  const bool thresholds = rc.top_k_on(a.v) || rc.top_p_on();
+  const bool need_stats = filter || rc.greedy || thresholds || rc.min_p_on();
+  Partial stats = kEmpty;
+  if (need_stats) {
+    Partial mine = kEmpty;
+    for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, r.inv_t, [&](int64_t i, float y) {
+      mine.bad |= bad_value<kLogits>(y);
+      if (y > mine.best) mine.best = y, mine.index = i;
+      add_lse(mine, kLogits ? y : (y > 0.0f ? __logf(y) : -INFINITY));
+    });
+    stats = cluster_partial(sh, mine, cluster);
+    if (stats.bad || !(kLogits ? stats.best > -INFINITY : stats.best > 0.0f)) return finish_invalid();
+    r.ymax = stats.best;
+    if (rc.greedy) {
+      if (filter) {
+        for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, 1.0f, [&](int64_t i, float y) {
+          out[i] = static_cast<scalar_t>(i == stats.index ? y : -INFINITY);
+        });
+      } else if (rank == 0) {
+        for (int64_t s = threadIdx.x; s < a.samples; s += kThreads) {
+          a.tokens[row * a.samples + s] = stats.index;
+          if (a.logprobs) a.logprobs[row * a.samples + s] = a.logprob_mode == kRaw ? stats.best - (stats.m + __logf(stats.s)) : 0.0f;
+        }
+      }
+      return;
+    }
+  }
+
+  // 2. thresholds
+  uint32_t thr = 0;
+  if (thresholds) {
+    histogram_pass(sh, r, 1, 0, 0, sh.l1_count, sh.l1_mass, cluster);
+    StashState stash;
+    CountMass ge{0, 0};
+    uint32_t tk = 0;
+    if (rc.top_k_on(a.v)) tk = select(sh, r, false, static_cast<uint64_t>(rc.top_k), 0u, stash, ge, cluster);
+    if (rc.top_p_on()) {
+      uint64_t m = ge.mass;
+      if (!rc.top_k_on(a.v)) m = histogram_mass(sh);
+      CountMass ge_p{0, 0};
+      const uint32_t tp = select(sh, r, true, top_p_target(rc.top_p, m), tk, stash, ge_p, cluster);
+      thr = max(tk, tp);
+    } else {
+      thr = tk;
+    }
+  }
+  const float log_min_p = __logf(rc.min_p);
+  auto keeps = [&](float y) {
+    const bool positive = kLogits ? y > -INFINITY : y > 0.0f;
+    return positive && order_key(y) >= thr && (!rc.min_p_on() || min_p_keeps<kLogits>(y, r.ymax, rc.min_p, log_min_p));
+  };
+
+  // 3. the write (filter_logits) or the race
+  if (filter) {
+    for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, r.inv_t,
+                      [&](int64_t i, float y) { out[i] = static_cast<scalar_t>(keeps(y) ? y : -INFINITY); });
+    return;
+  }
+  const bool own_seed = a.controls.seeds != nullptr;
+  const PhiloxSeed gen = philox_seed(a.philox);
+  const uint64_t key = own_seed ? static_cast<uint64_t>(a.controls.seeds[row]) : gen.seed;
+  const uint64_t offset = own_seed ? 0 : gen.offset;
+  const int64_t tag = own_seed ? 0 : row;
+  for (int64_t s = 0; s < a.samples; ++s) {
+    Partial mine = kEmpty;
+    int64_t quad = -1;
+    uint4 words{};
+    for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, r.inv_t, [&](int64_t i, float y) {
+      if (!need_stats) mine.bad |= bad_value<kLogits>(y);
+      if (!keeps(y)) return;
+      if (i / 4 != quad) quad = i / 4, words = philox_block_at(key, offset / 4 + s, subsequence(tag, quads, i));
+      const uint32_t w = (i & 3) == 0 ? words.x : (i & 3) == 1 ? words.y : (i & 3) == 2 ? words.z : words.w;
+      const float l = kLogits ? y : __logf(y);
+      add_lse(mine, l);
+      const float k = race_key(l, w);
+      if (k > mine.best) mine.best = k, mine.index = i;
+    });
+    const Partial race = cluster_partial(sh, mine, cluster);
+    if (race.bad || race.index == INT64_MAX) return finish_invalid();
+    if (rank == 0 && threadIdx.x == 0) {
+      a.tokens[row * a.samples + s] = race.index;
+      if (a.logprobs) {
+        const float y = static_cast<float>(r.xr[race.index]) * (kLogits ? r.inv_t : 1.0f);
+        const float l = kLogits ? y : __logf(y);
+        const float norm = a.logprob_mode == kRaw && need_stats ? stats.m + __logf(stats.s) : race.m + __logf(race.s);
+        a.logprobs[row * a.samples + s] = l - norm;
+      }
+    }
+  }
+}
+
+template <typename scalar_t, bool kLogits>
+void launch(const Call& call, Args<scalar_t> a, int cluster) {
+  auto kernel = sample_kernel<scalar_t, kLogits>;
+  const size_t smem = sizeof(Shared);
+  static const bool sized = [&] {  // once per kernel: Shared is over the 48 KB default
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    return true;
+  }();
+  (void)sized;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(call.rows * cluster));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = at::cuda::getCurrentCUDAStream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
+}
+
+template <typename scalar_t>
+void run(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, scalar_t* filtered) {
+  Args<scalar_t> a{call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs,
+                   mass_bits(call.v), tokens, logprobs, filtered};
+  const int cluster = cluster_size(call.rows, call.v);
+  if (call.logits) {
+    launch<scalar_t, true>(call, a, cluster);
+  } else {
+    launch<scalar_t, false>(call, a, cluster);
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> sample_llm_cuda(
+    const at::Tensor& input, int64_t num_samples, bool logits, const std::optional<at::Tensor>& temperature,
+    double temperature_value, const std::optional<at::Tensor>& top_k, int64_t top_k_value,
+    const std::optional<at::Tensor>& top_p, double top_p_value, const std::optional<at::Tensor>& min_p,
+    double min_p_value, const std::optional<at::Tensor>& seeds, int64_t logprobs,
+    std::optional<at::Generator> generator) {
+  const c10::cuda::CUDAGuard guard(input.device());
+  const Call call = prepare(logits ? "sample_logits" : "sample_probs", input, num_samples, logits, temperature,
+                            temperature_value, top_k, top_k_value, top_p, top_p_value, min_p, min_p_value, seeds,
+                            logprobs);
+  at::Tensor tokens = at::empty({call.rows, call.samples}, input.options().dtype(at::kLong));
+  at::Tensor lp = at::empty({logprobs ? call.rows : 0, call.samples}, input.options().dtype(at::kFloat));
+  if (call.rows > 0) {
+    const at::PhiloxCudaState philox =
+        seeds ? at::PhiloxCudaState(0, 0) : cuda_philox_state(generator, input.device().index(), 4 * num_samples);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cuda", [&] {
+      run<scalar_t>(call, philox, tokens.mutable_data_ptr<int64_t>(), logprobs ? lp.mutable_data_ptr<float>() : nullptr,
+                    nullptr);
+    });
+  }
+  return {tokens.view(call.out_shape), logprobs ? lp.view(call.out_shape) : lp.view({0})};
+}
+
+at::Tensor filter_logits_cuda(const at::Tensor& logits, const std::optional<at::Tensor>& temperature,
+                              double temperature_value, const std::optional<at::Tensor>& top_k, int64_t top_k_value,
+                              const std::optional<at::Tensor>& top_p, double top_p_value,
+                              const std::optional<at::Tensor>& min_p, double min_p_value) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const Call call = prepare("filter_logits", logits, 1, true, temperature, temperature_value, top_k, top_k_value,
+                            top_p, top_p_value, min_p, min_p_value, std::nullopt, kNoLogprobs);
+  at::Tensor out = at::empty({call.rows, call.v}, logits.options());
+  if (call.rows > 0) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, logits.scalar_type(), "filter_logits_cuda", [&] {
+      run<scalar_t>(call, at::PhiloxCudaState(0, 0), nullptr, nullptr, out.mutable_data_ptr<scalar_t>());
+    });
+  }
+  return out.view(logits.sizes());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
+  m.impl("sample_llm", &sample_llm_cuda);
+  m.impl("filter_logits", &filter_logits_cuda);
+}
+
+}  // namespace wrs::llm

@@ -1,0 +1,75 @@
+#pragma once
+// The block-level pieces of the LLM sampler's threshold search (sample_cuda.cu): a row's
+// keys are searched by radix levels of 11, 11 and 10 bits; a level's histogram holds the
+// count and the exact integer mass of the items in each bin; the boundary bin is where a
+// predicate (count >= k, or mass >= ceil(p M)) first holds, counting from the top.
+#include <cub/block/block_scan.cuh>
+
+#include <cstdint>
+
+namespace wrs::llm {
+
+constexpr int kThreads = 512;
+constexpr int kBins = 2048;
+constexpr int kBinsPerThread = kBins / kThreads;
+constexpr int kStash = 1536;  // candidates kept in shared memory (level 2 and 3 run on them)
+
+// Level l's shift and width: bins of level 1 are key >> 21, of level 2 (key >> 10) & 2047,
+// of level 3 key & 1023 (single keys).
+__host__ __device__ constexpr int level_shift(int level) { return level == 1 ? 21 : level == 2 ? 10 : 0; }
+__host__ __device__ constexpr int level_bits(int level) { return level == 3 ? 10 : 11; }
+
+// Whether a key lies in the range a level's histogram covers (prefix: the bits above).
+__device__ inline bool in_prefix(uint32_t key, int level, uint32_t prefix) {
+  const int above = level_shift(level) + level_bits(level);
+  return above >= 32 || (key >> above) == prefix;
+}
+__device__ inline int bin_of(uint32_t key, int level) {
+  return static_cast<int>((key >> level_shift(level)) & ((1u << level_bits(level)) - 1u));
+}
+
+struct CountMass {
+  uint64_t count;
+  uint64_t mass;
+};
+struct AddCountMass {
+  __device__ CountMass operator()(const CountMass& a, const CountMass& b) const {
+    return CountMass{a.count + b.count, a.mass + b.mass};
+  }
+};
+using CountMassScan = cub::BlockScan<CountMass, kThreads>;
+
+// The boundary of a histogram: the highest bin b at which `above` plus the items of bins
+// >= b reach `target` (in counts, or in masses), and what the bins above b hold. Every
+// thread returns the same; bin -1 when the target is out of reach.
+struct Boundary {
+  int bin;
+  CountMass above;  // items in bins above the boundary, `above` of the caller included
+  CountMass in_bin;
+};
+
+__device__ inline Boundary find_boundary(const uint32_t* count, const uint64_t* mass, CountMass above,
+                                         uint64_t target, bool by_mass, typename CountMassScan::TempStorage& tmp,
+                                         Boundary* out) {
+  // Thread t holds bins 2047 - 4t, ..., 2044 - 4t: a scan from the top.
+  CountMass mine[kBinsPerThread];
+  const int top = kBins - 1 - kBinsPerThread * static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) mine[j] = CountMass{count[top - j], mass[top - j]};
+  CountMass incl[kBinsPerThread];
+  CountMassScan(tmp).InclusiveScan(mine, incl, AddCountMass());
+  if (threadIdx.x == 0) out->bin = -1;
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) {
+    const CountMass ge{above.count + incl[j].count, above.mass + incl[j].mass};
+    const CountMass gt{ge.count - mine[j].count, ge.mass - mine[j].mass};
+    const bool reaches = by_mass ? ge.mass >= target : ge.count >= target;
+    const bool before = by_mass ? gt.mass >= target : gt.count >= target;
+    if (reaches && !before) *out = Boundary{top - j, gt, mine[j]};
+  }
+  __syncthreads();
+  return *out;
+}
+
+}  // namespace wrs::llm
