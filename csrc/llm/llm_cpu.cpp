@@ -26,6 +26,8 @@ struct Scratch {
   std::vector<float> y;
   std::vector<uint32_t> keys;
   std::vector<std::pair<uint32_t, uint64_t>> pairs;
+  std::vector<int64_t> kept;
+  std::vector<float> log_w;
 };
 
 // A row's values, validity, largest value and its first index.
@@ -108,11 +110,16 @@ void sample_row(const scalar_t* x, const Call& call, int64_t row, const PhiloxSe
   }
   const uint32_t thr = threshold<kLogits>(st, rc, v, s);
   const float log_min_p = std::log(rc.min_p);
+  // The kept items and their log-weights, once: each draw races only those.
+  s.kept.clear();
+  s.log_w.clear();
   double sum_kept = 0.0;
-  if (call.logprobs == kProcessed) {
-    for (int64_t i = 0; i < v; ++i) {
-      if (kept<kLogits>(s.y[i], thr, st, rc, log_min_p)) sum_kept += std::exp(static_cast<double>(log_weight<kLogits>(s.y[i], st.ymax)));
-    }
+  for (int64_t i = 0; i < v; ++i) {
+    const bool positive = kLogits ? s.y[i] > -std::numeric_limits<float>::infinity() : s.y[i] > 0.0f;
+    if (!positive || !kept<kLogits>(s.y[i], thr, st, rc, log_min_p)) continue;
+    s.kept.push_back(i);
+    s.log_w.push_back(log_weight<kLogits>(s.y[i], st.ymax));
+    sum_kept += std::exp(static_cast<double>(s.log_w.back()));
   }
   const bool own_seed = call.controls.seeds != nullptr;
   const PhiloxSeed seed = own_seed ? PhiloxSeed{static_cast<uint64_t>(call.controls.seeds[row]), 0} : gen_seed;
@@ -121,23 +128,17 @@ void sample_row(const scalar_t* x, const Call& call, int64_t row, const PhiloxSe
   for (int64_t j = 0; j < call.samples; ++j) {
     const PhiloxSeed block_seed{seed.seed, seed.offset + 4 * static_cast<uint64_t>(j)};
     float best = -std::numeric_limits<float>::infinity();
-    int64_t token = st.argmax;  // kept whatever the keys: the largest value passes every filter
-    float best_l = 0.0f;
+    size_t win = 0;
     int64_t quad = -1;
     at::detail::UINT4 words{};
-    for (int64_t i = 0; i < v; ++i) {
-      if (!kept<kLogits>(s.y[i], thr, st, rc, log_min_p)) continue;
+    for (size_t c = 0; c < s.kept.size(); ++c) {
+      const int64_t i = s.kept[c];
       if (i / 4 != quad) quad = i / 4, words = philox_block(block_seed, subsequence(tag, quads, i));
-      const float l = log_weight<kLogits>(s.y[i], st.ymax);
-      const float key = race_key(l, words[i % 4]);
-      if (key > best) best = key, token = i, best_l = l;
+      const float key = race_key(s.log_w[c], words[i % 4]);
+      if (key > best) best = key, win = c;
     }
-    if (best == -std::numeric_limits<float>::infinity()) best_l = log_weight<kLogits>(s.y[token], st.ymax);
-    tokens[j] = token;
-    if (logprobs) {
-      const double norm = call.logprobs == kRaw ? sum_all : sum_kept;
-      logprobs[j] = static_cast<float>(best_l - std::log(norm));
-    }
+    tokens[j] = s.kept[win];
+    if (logprobs) logprobs[j] = static_cast<float>(s.log_w[win] - std::log(call.logprobs == kRaw ? sum_all : sum_kept));
   }
 }
 

@@ -1,0 +1,329 @@
+"""LLM sampling (sample_logits / sample_probs with controls, filter_logits,
+speculative_accept): the law of csrc/llm/llm.h against a float64 reference that sorts,
+per control, together, per row and at ties (G-tests with fixed seeds; 1e8 draws on the GPU),
+seeds, log-probabilities, invalid rows, and the machinery (opcheck, compile, CUDA graphs)."""
+import math
+
+import pytest
+import torch
+
+import torch_wrs
+from conftest import requires_cuda
+from helpers import g_test_pvalue
+
+P_MIN = 1e-4
+CONTROLS = [
+    dict(),
+    dict(top_k=7),
+    dict(top_p=0.8),
+    dict(min_p=0.08),
+    dict(top_k=30, top_p=0.9),
+    dict(temperature=0.6, top_k=25, top_p=0.85, min_p=0.02),
+]
+
+
+def reference(x, temperature=1.0, top_k=None, top_p=None, min_p=None, logits=True):
+    """The law of llm.h for one row, by sorting: float32 values, integer masses, float64 law."""
+    x = x.detach().cpu()
+    if logits:
+        y = x.float() * torch.tensor(1.0 / temperature, dtype=torch.float32) if temperature != 1.0 else x.float()
+        mu = torch.exp((y - y.max()).double())
+    else:
+        y = x.float()
+        mu = (y / y.max()).double()
+    v = y.numel()
+    bits = 40 if v <= (1 << 22) else 62 - (v - 1).bit_length()
+    q = torch.floor(mu * 2.0**bits + 0.5).long()
+    keep = y > (float("-inf") if logits else 0.0)
+    if top_k and top_k < v:
+        keep &= y >= y.sort(descending=True).values[top_k - 1]
+    if top_p is not None and top_p < 1:
+        m = int(q[keep].sum())
+        target = max(1, math.ceil(float(torch.tensor(top_p, dtype=torch.float32)) * float(m)))
+        order = torch.argsort(y.masked_fill(~keep, float("-inf")), descending=True, stable=True)
+        cum = q[order].masked_fill(~keep[order], 0).cumsum(0)
+        crossing = order[int((cum < target).sum())]
+        keep &= y >= y[crossing]
+    if min_p:
+        if logits:
+            keep &= (y - y.max()) >= torch.log(torch.tensor(min_p, dtype=torch.float32))
+        else:
+            keep &= y >= torch.tensor(min_p, dtype=torch.float32) * y.max()
+    w = torch.where(keep, mu, torch.zeros((), dtype=torch.float64))
+    return w / w.sum()
+
+
+def _draw_counts(sample, x, draws, device, **kw):
+    rows, k = x.shape[0], max(1, draws // x.shape[0])
+    gen = torch.Generator(device).manual_seed(11)
+    counts = torch.zeros(x.shape[-1], dtype=torch.float64)
+    done = 0
+    while done < draws:
+        t = sample(x, min(k, 4096), generator=gen, **kw)
+        assert ((t >= 0) & (t < x.shape[-1])).all()
+        counts += torch.bincount(t.reshape(-1).cpu(), minlength=x.shape[-1]).double()
+        done += t.numel()
+    return counts
+
+
+def _draws(device):
+    return 100_000_000 if device.type == "cuda" else 200_000
+
+
+@pytest.mark.parametrize("controls", CONTROLS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()) or "plain")
+def test_law_logits(device, controls):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(300, generator=g) * 1.5
+    x[::11] = float("-inf")
+    rows = 1000 if device.type == "cuda" else 4
+    counts = _draw_counts(torch_wrs.sample_logits, x.to(device).expand(rows, -1), _draws(device), device, **controls)
+    assert g_test_pvalue(counts, reference(x, **controls)) > P_MIN
+
+
+@pytest.mark.parametrize("controls", CONTROLS[:5], ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()) or "plain")
+def test_law_probs(device, controls):
+    g = torch.Generator().manual_seed(4)
+    p = torch.rand(250, generator=g) ** 3
+    p[::13] = 0
+    rows = 1000 if device.type == "cuda" else 4
+    counts = _draw_counts(torch_wrs.sample_probs, p.to(device).expand(rows, -1), _draws(device) // 2, device,
+                          **controls)
+    assert g_test_pvalue(counts, reference(p, logits=False, **controls)) > P_MIN
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_ties_at_the_kth_value(device, dtype):
+    """Values tied with the k-th are all kept; top-p's crossing value keeps its ties."""
+    x = torch.tensor([3.0, 2.0, 2.0, 2.0, 1.0, 1.0, 0.5, 0.0, -1.0, 2.0]).to(dtype)
+    for kw in (dict(top_k=2), dict(top_k=5), dict(top_p=0.5), dict(top_k=6, top_p=0.7)):
+        ref = reference(x, **kw)
+        counts = _draw_counts(torch_wrs.sample_logits, x.to(device).expand(64, -1), 200_000, device, **kw)
+        assert g_test_pvalue(counts, ref) > P_MIN
+        assert (counts[ref == 0] == 0).all()
+
+
+def test_long_rows_and_heavy_bins(device):
+    """Rows long enough to be split over a cluster, with the k-th value in a bin too full to
+    stash (values packed into a narrow range), and with exact ties at scale."""
+    g = torch.Generator().manual_seed(9)
+    v = 131_072 if device.type == "cuda" else 12_000
+    cases = [
+        (torch.randn(v, generator=g) * 3, dict(top_k=50, top_p=0.9)),
+        (torch.randn(v, generator=g) * 1e-3, dict(top_k=v * 3 // 10)),       # one level-1 bin holds most items
+        (torch.randn(v, generator=g) * 1e-3, dict(top_p=0.3)),
+        (torch.randint(0, 5, (v,), generator=g).float(), dict(top_k=v // 100)),  # exact ties
+    ]
+    for x, kw in cases:
+        ref = reference(x, **kw)
+        filtered = torch_wrs.filter_logits(x.to(device), **kw).cpu()
+        assert torch.equal(torch.isfinite(filtered), ref > 0), kw
+        draws = 400_000 if device.type == "cuda" else 20_000
+        counts = _draw_counts(torch_wrs.sample_logits, x.to(device).expand(4, -1), draws, device, **kw)
+        assert (counts[ref == 0] == 0).all()
+        if ref.max() > 1e-3:  # coarse law check where the kept set is small enough to test
+            assert g_test_pvalue(counts, ref) > P_MIN
+
+
+def test_per_row_mixture(device):
+    """Mixed requests in one batch: each row follows its own controls."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(200, generator=g) * 2
+    rows = [dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), dict(temperature=0.5, top_k=10, top_p=1.0, min_p=0.0),
+            dict(temperature=1.3, top_k=0, top_p=0.7, min_p=0.0), dict(temperature=0.9, top_k=40, top_p=0.9, min_p=0.05)]
+    b = len(rows)
+    kw = {name: torch.tensor([r[name] for r in rows], device=device) for name in rows[0]}
+    per_row = 2_000_000 if device.type == "cuda" else 50_000
+    t = torch_wrs.sample_logits(x.to(device).expand(b, -1), per_row, generator=torch.Generator(device).manual_seed(2),
+                                **kw).cpu()
+    for i, r in enumerate(rows):
+        ref = reference(x, temperature=r["temperature"], top_k=r["top_k"], top_p=r["top_p"], min_p=r["min_p"])
+        assert g_test_pvalue(torch.bincount(t[i], minlength=200), ref) > P_MIN
+
+
+def test_seeds_reproduce_in_any_batch(device):
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(8, 5000, generator=g).to(device)
+    seeds = torch.arange(100, 108, device=device)
+    a = torch_wrs.sample_logits(x, 4, top_k=100, top_p=0.9, seeds=seeds)
+    perm = torch.tensor([5, 2, 7, 0], device=device)
+    b = torch_wrs.sample_logits(x[perm], 4, top_k=100, top_p=0.9, seeds=seeds[perm])
+    assert torch.equal(a[perm], b)
+    c = torch_wrs.sample_logits(x[3:4], 4, top_k=100, top_p=0.9, seeds=seeds[3:4])
+    assert torch.equal(a[3:4], c)
+    # different seeds differ; the generator is not consulted
+    d = torch_wrs.sample_logits(x, 4, seeds=seeds + 1)
+    assert not torch.equal(torch_wrs.sample_logits(x, 4, seeds=seeds), d)
+
+
+def test_generator_reproduces(device):
+    x = torch.randn(16, 3000, device=device)
+    gen = torch.Generator(device)
+    a = torch_wrs.sample_logits(x, 3, top_p=0.9, generator=gen.manual_seed(1))
+    b = torch_wrs.sample_logits(x, 3, top_p=0.9, generator=gen.manual_seed(1))
+    c = torch_wrs.sample_logits(x, 3, top_p=0.9, generator=gen)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    torch.manual_seed(3)
+    d = torch_wrs.sample_logits(x, 3)
+    torch.manual_seed(3)
+    assert torch.equal(d, torch_wrs.sample_logits(x, 3))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(top_k=20, top_p=0.8), dict(temperature=0.7, min_p=0.1)])
+def test_logprobs(device, kw):
+    x = torch.randn(6, 400, device=device, dtype=torch.float64) * 2
+    t, lp = torch_wrs.sample_logits(x, 5, return_logprobs="processed", **kw)
+    t2, raw = torch_wrs.sample_logits(x, 5, return_logprobs="raw", **kw)
+    for i in range(6):
+        ref = reference(x[i], **kw)
+        assert torch.allclose(lp[i].double().cpu(), ref[t[i].cpu()].log(), atol=2e-5)
+        scaled = (x[i].float() / kw.get("temperature", 1.0)).double().cpu()
+        assert torch.allclose(raw[i].double().cpu(), torch.log_softmax(scaled, -1)[t2[i].cpu()], atol=2e-5)
+
+
+def test_greedy(device):
+    x = torch.randn(5, 1000, device=device)
+    x[2, 17] = x[2].max() + 1
+    x[2, 400] = x[2, 17]  # a tie: the first index wins
+    t, lp = torch_wrs.sample_logits(x, 2, temperature=0.0, return_logprobs="raw")
+    assert torch.equal(t[:, 0], x.argmax(-1)) and t[2, 0] == 17
+    assert torch.allclose(lp[:, 0], torch.log_softmax(x, -1).gather(-1, t[:, :1])[:, 0], atol=1e-5)
+    temps = torch.tensor([0.0, 1.0, 0.0, 0.5, 0.0], device=device)
+    t = torch_wrs.sample_logits(x, 1, temperature=temps)
+    assert torch.equal(t[temps == 0, 0], x.argmax(-1)[temps == 0])
+    f = torch_wrs.filter_logits(x, temperature=temps)
+    assert (torch.isfinite(f).sum(-1)[temps == 0] == 1).all()
+
+
+def test_invalid_rows(device):
+    """Never an out-of-range index, never a device assert: token 0 and a NaN log-probability."""
+    inf, nan = float("inf"), float("nan")
+    x = torch.randn(6, 50, device=device)
+    x[1, 3] = nan
+    x[2, 7] = inf
+    x[3] = -inf
+    t, lp = torch_wrs.sample_logits(x, 3, top_k=5, top_p=torch.tensor([0.9, 0.9, 0.9, 0.9, nan, 0.9], device=device),
+                                    return_logprobs="processed")
+    bad = torch.tensor([False, True, True, True, True, False])
+    assert (t.cpu()[bad] == 0).all() and lp.cpu()[bad].isnan().all() and not lp.cpu()[~bad].isnan().any()
+    p = torch.rand(3, 40, device=device)
+    p[0] = 0
+    p[1, 2] = -0.5
+    t, lp = torch_wrs.sample_probs(p, return_logprobs="raw")
+    assert t[0, 0] == 0 and t[1, 0] == 0 and lp[:2].isnan().all() and not lp[2].isnan()
+    assert torch_wrs.filter_logits(x, top_k=3)[1].isnan().all()
+    with pytest.raises(RuntimeError, match="logits contains NaN or \\+inf"):
+        torch_wrs.sample_logits(x, check=True)
+    with pytest.raises(RuntimeError, match="all -inf"):
+        torch_wrs.sample_logits(x[3:4], check=True)
+    with pytest.raises(RuntimeError, match="element < 0"):
+        torch_wrs.sample_probs(p, check=True)
+
+
+def test_argument_errors(device):
+    x = torch.randn(3, 10, device=device)
+    for kw, text in [(dict(top_p=1.5), "top_p must be in"), (dict(min_p=-0.1), "min_p must be in"),
+                     (dict(temperature=-1.0), "temperature must be non-negative"), (dict(top_k=-2), "top_k must be"),
+                     (dict(top_k=torch.ones(2, dtype=torch.long, device=device)), "one per row"),
+                     (dict(top_p=torch.ones(3, dtype=torch.long, device=device)), "floating-point"),
+                     (dict(return_logprobs="log"), "return_logprobs")]:
+        with pytest.raises(RuntimeError, match=text):
+            torch_wrs.sample_logits(x, **kw)
+    with pytest.raises(RuntimeError, match="num_samples must be positive"):
+        torch_wrs.sample_logits(x, 0)
+    with pytest.raises(RuntimeError, match="floating-point"):
+        torch_wrs.sample_logits(torch.ones(3, 4, dtype=torch.long, device=device))
+
+
+def test_shapes_dtypes_strides(device):
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        x = torch.randn(2, 3, 257, device=device).to(dtype)
+        t, lp = torch_wrs.sample_logits(x, 4, top_k=9, return_logprobs="raw")
+        assert t.shape == (2, 3, 4) and lp.shape == (2, 3, 4) and t.dtype == torch.int64
+        assert torch_wrs.filter_logits(x, top_p=0.5).dtype == dtype
+    nc = torch.randn(300, 6, device=device).T
+    gen = torch.Generator(device)
+    assert torch.equal(torch_wrs.sample_logits(nc, 2, top_p=0.7, generator=gen.manual_seed(1)),
+                       torch_wrs.sample_logits(nc.contiguous(), 2, top_p=0.7, generator=gen.manual_seed(1)))
+    assert torch_wrs.sample_logits(torch.randn(0, 7, device=device), 2).shape == (0, 2)
+
+
+def test_without_replacement(device):
+    x = torch.randn(4, 100, device=device)
+    t, lp = torch_wrs.sample_logits(x, 6, top_k=20, replacement=False, return_logprobs="processed")
+    assert (t.sort(-1).values.diff(dim=-1) != 0).all()
+    keep = torch.isfinite(torch_wrs.filter_logits(x, top_k=20))
+    assert keep.gather(-1, t).all()
+
+
+def test_filter_logits_gradient(device):
+    x = torch.randn(3, 50, device=device, requires_grad=True)
+    out = torch_wrs.filter_logits(x, temperature=0.5, top_k=5)
+    out.masked_fill(torch.isinf(out), 0).sum().backward()
+    assert torch.equal(x.grad != 0, torch.isfinite(out.detach()))
+    assert torch.allclose(x.grad[x.grad != 0], torch.full((), 2.0, device=device))
+
+
+def test_speculative_law_and_acceptance(device):
+    g = torch.Generator().manual_seed(8)
+    v, s = 30, 3
+    p = torch.softmax(torch.randn(s, v, generator=g), -1)
+    q = torch.softmax(torch.randn(s + 1, v, generator=g), -1)
+    b = 200_000 if device.type == "cuda" else 50_000
+    gen = torch.Generator(device).manual_seed(3)
+    draft_tokens = torch.multinomial(p, b, replacement=True, generator=torch.Generator().manual_seed(4)).T.contiguous()
+    out, acc = torch_wrs.speculative_accept(p.to(device).expand(b, -1, -1), draft_tokens.to(device),
+                                            q.to(device).expand(b, -1, -1), generator=gen)
+    out, acc = out.cpu(), acc.cpu()
+    # the first emitted token follows the target's first row exactly
+    assert g_test_pvalue(torch.bincount(out[:, 0], minlength=v), q[0]) > P_MIN
+    # acceptance of the first draft: sum min(p, q)
+    a1 = torch.minimum(p[0], q[0]).sum().item()
+    assert abs((acc >= 1).double().mean().item() - a1) < 5 * math.sqrt(a1 * (1 - a1) / b)
+    # given acceptance of the first, the second emitted token follows the target's second row
+    second = out[acc >= 1, 1]
+    assert g_test_pvalue(torch.bincount(second, minlength=v), q[1]) > P_MIN
+    assert ((out == -1) == (torch.arange(s + 1) > acc[:, None])).all()
+
+
+def test_opcheck_and_compile(device):
+    x = torch.randn(4, 600, device=device)
+    args = (x, 2)
+    kwargs = dict(top_k_value=20, top_p=torch.full((4,), 0.9, device=device), logprobs=1,
+                  seeds=torch.arange(4, device=device))
+    torch.library.opcheck(torch.ops.wrs.sample_llm.default, args, kwargs, test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.wrs.filter_logits.default, (x,), dict(top_k_value=5))
+
+    @torch.compile(fullgraph=True)
+    def step(x, seeds):
+        return torch_wrs.sample_logits(x, top_k=20, top_p=0.9, seeds=seeds, return_logprobs="raw")
+
+    seeds = torch.arange(4, device=device)
+    t, lp = step(x, seeds)
+    assert torch.equal(t, torch_wrs.sample_logits(x, top_k=20, top_p=0.9, seeds=seeds))
+
+
+def test_torchscript(device):
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.wrs.sample_llm(x, 1, top_k_value=5, logprobs=2)
+
+    m = torch.jit.script(M())
+    t, lp = m(torch.randn(3, 100, device=device))
+    assert t.shape == (3, 1) and lp.shape == (3, 1)
+
+
+@requires_cuda
+def test_cuda_graph_capture_and_replay():
+    x = torch.randn(8, 32000, device="cuda")
+    temps = torch.full((8,), 0.8, device="cuda")
+    torch_wrs.sample_logits(x, top_k=50, top_p=0.9, temperature=temps)  # warm-up
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        t = torch_wrs.sample_logits(x, top_k=50, top_p=0.9, temperature=temps)
+    seen = []
+    for _ in range(4):
+        graph.replay()
+        seen.append(t.clone())
+    assert any(not torch.equal(seen[0], s) for s in seen[1:])
+    keep = torch.isfinite(torch_wrs.filter_logits(x, top_k=50, top_p=0.9, temperature=temps))
+    assert all(keep.gather(-1, s).all() for s in seen)
