@@ -11,6 +11,9 @@
     python -m torch_wrs.benchmark sweep [--device cpu] [--out FILE]
                                                  # multinomial vs torch.multinomial over the grid of
                                                  # shapes users run, and sample_logits
+    python -m torch_wrs.benchmark llm [--quick] [--out FILE]
+                                                 # LLM sampling vs FlashInfer and a torch sort path
+                                                 # (torch_wrs/benchmark_llm.py)
     torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed
                                                  # ShardedAliasTable over NCCL vs one GPU
                                                  # (torch_wrs/benchmark_distributed.py)
@@ -706,7 +709,7 @@ def _cell_name(c):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "gamma-sweep", "radix",
-                                             "sweep", "distributed"])
+                                             "sweep", "distributed", "llm"])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="for `sweep` and `gamma-sweep`")
     parser.add_argument("--out", default="", help="`sweep`, `gamma-sweep`: also write the report to this file")
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling` and `radix`")
@@ -718,11 +721,16 @@ def main():
     parser.add_argument("--log2-draws", type=int, default=28, help="`distributed`: draws per rank")
     parser.add_argument("--huge-log2-categories", type=int, default=34,
                         help="`distributed`: the table no GPU holds alone (0: skip)")
+    parser.add_argument("--quick", action="store_true", help="`llm`: a few rows and vocabularies only")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("torch_wrs.benchmark needs a CUDA device (or: sweep / gamma-sweep --device cpu)")
     if args.what == "distributed":
         from .benchmark_distributed import run
+
+        return run(args)
+    if args.what == "llm":
+        from .benchmark_llm import run
 
         return run(args)
     {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases,

@@ -1,0 +1,236 @@
+"""``python -m torch_wrs.benchmark llm``: LLM sampling against FlashInfer's kernels, a
+vLLM-style torch path (sort, masks, exponential trick) and the read-once floor, in one
+process on one GPU.
+
+FlashInfer is a benchmark-only dependency: point ``FLASHINFER_INCLUDE`` at the
+``flashinfer/data/include`` folder of its wheel (default: ``.flashinfer/flashinfer/data/include``
+in this repository, git-ignored); ``benchmarks/flashinfer_binding.cu`` is then built
+against it. Without the headers the other columns are printed.
+"""
+import math
+import os
+import statistics
+
+import torch
+
+import torch_wrs
+
+ROWS = [1, 4, 16, 32, 64, 128, 256, 1024]
+VOCABS = [32_000, 128_256, 151_936, 256_000]
+CONTROLS = ["none", "top-k 50", "top-p 0.9", "top-k 50 + top-p 0.9", "min-p 0.1", "per-row mixed"]
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(_HERE)
+
+
+def flashinfer():
+    """The FlashInfer binding, or None (with the reason printed)."""
+    inc = os.environ.get("FLASHINFER_INCLUDE", os.path.join(_REPO, ".flashinfer", "flashinfer", "data", "include"))
+    if not os.path.exists(os.path.join(inc, "flashinfer", "sampling.cuh")):
+        print(f"FlashInfer headers not found at {inc}: its columns are left out")
+        return None
+    from torch.utils.cpp_extension import load
+
+    flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-U__CUDA_NO_HALF_OPERATORS__",
+             "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+             "-U__CUDA_NO_BFLOAT16_OPERATORS__"]
+    fi = load("wrs_flashinfer_binding", [os.path.join(_REPO, "benchmarks", "flashinfer_binding.cu")],
+              extra_include_paths=[inc], extra_cuda_cflags=flags, verbose=False)
+    # Its law on a small row before any timing.
+    p = torch.softmax(torch.randn(64, device="cuda") * 2, -1)
+    rows = p.expand(1 << 14, -1).contiguous()
+    counts = sum(torch.bincount(fi.from_probs(rows, 7, i * 4).long(), minlength=64) for i in range(30)).double()
+    n = counts.sum()
+    z = ((counts - n * p.double()) / (n * p.double() * (1 - p.double())).sqrt()).abs().max().item()
+    assert z < 6, f"FlashInfer binding's draws are off the law (max |z| = {z:.1f})"
+    return fi
+
+
+def timed(fn, calls=10, reps=15):
+    """Median ms per call over `reps` CUDA-event timings of `calls` back-to-back calls (an
+    eager loop's throughput), after warm-up."""
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    once = start.elapsed_time(end)
+    calls = max(1, min(calls, int(20 / max(once, 1e-3))))
+    reps = max(3, min(reps, int(400 / max(once * calls, 1e-3))))
+    times = []
+    for _ in range(reps):
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def torch_native(probs, k=None, p=None, min_p=None):
+    """The vLLM-style torch path: sort, top-k / top-p / min-p masks, exponential trick."""
+    srt, idx = probs.sort(dim=-1, descending=True)
+    if k is not None:
+        kk = k if isinstance(k, torch.Tensor) else torch.full((probs.shape[0],), k, device=probs.device)
+        srt = srt.masked_fill(torch.arange(probs.shape[-1], device=probs.device) >= kk[:, None], 0)
+    if p is not None:
+        pp = p if isinstance(p, torch.Tensor) else torch.full((probs.shape[0],), p, device=probs.device)
+        cum = (srt / srt.sum(-1, keepdim=True)).cumsum(-1)
+        srt = srt.masked_fill((cum - srt / srt.sum(-1, keepdim=True)) >= pp[:, None], 0)
+    if min_p is not None:
+        srt = srt.masked_fill(srt < min_p * srt[:, :1], 0)
+    q = torch.empty_like(srt).exponential_()
+    return idx.gather(-1, (srt / q).argmax(-1, keepdim=True))
+
+
+def _controls(name, b, device):
+    g = torch.Generator(device).manual_seed(b)
+    if name == "none":
+        return {}
+    if name == "top-k 50":
+        return dict(top_k=50)
+    if name == "top-p 0.9":
+        return dict(top_p=0.9)
+    if name == "top-k 50 + top-p 0.9":
+        return dict(top_k=50, top_p=0.9)
+    if name == "min-p 0.1":
+        return dict(min_p=0.1)
+    return dict(top_k=torch.randint(20, 101, (b,), device=device, generator=g),
+                top_p=torch.rand(b, device=device, generator=g) * 0.15 + 0.8)
+
+
+def _fi_call(fi, name, probs, kw):
+    if fi is None:
+        return None
+    if name == "none":
+        return lambda: fi.from_probs(probs, 1, 0)
+    if name == "top-k 50":
+        return lambda: fi.top_k(probs, 50, 1, 0)
+    if name == "top-p 0.9":
+        return lambda: fi.top_p(probs, 0.9, 1, 0)
+    if name == "top-k 50 + top-p 0.9":
+        return lambda: fi.top_k_top_p(probs, 50, 0.9, None, None, 1, 0)
+    if name == "min-p 0.1":
+        return lambda: fi.min_p(probs, 0.1, 1, 0)
+    k, p = kw["top_k"].int(), kw["top_p"].float()
+    return lambda: fi.top_k_top_p(probs, 0, 1.0, k, p, 1, 0)
+
+
+def _llm_logits(b, v, dtype, gen):
+    """LLM-like logits: a heavy tail (std 2) plus a few strong candidates."""
+    x = torch.randn(b, v, device="cuda", generator=gen) * 2
+    x[:, :200] += torch.rand(b, 200, device="cuda", generator=gen) * 8
+    return x[:, torch.randperm(v, device="cuda", generator=gen)].to(dtype)
+
+
+def run(args):
+    dev = torch.cuda.get_device_name()
+    bw = _bandwidth()
+    fi = flashinfer()
+    gen = torch.Generator("cuda").manual_seed(0)
+    rows = ROWS if not args.quick else [1, 32, 256]
+    vocabs = VOCABS if not args.quick else [32_000, 128_256]
+    lines = [f"LLM sampling on {dev}, torch {torch.__version__}, CUDA {torch.version.cuda}; ms per call "
+             "(CUDA events over back-to-back calls, medians); floor: one read of the input at the measured "
+             f"copy bandwidth ({bw / 1e12:.2f} TB/s). FlashInfer reads float32 probabilities.", "",
+             "| control | dtype | rows x vocab | ours | ours + log-probs | FlashInfer | torch (sort) | floor | "
+             "x FlashInfer | x torch |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    results = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for v in vocabs:
+            for b in rows:
+                logits = _llm_logits(b, v, dtype, gen)
+                probs = torch.softmax(logits.float(), -1).to(dtype)
+                probs32 = probs.float()
+                floor = b * v * probs.element_size() / bw * 1e3
+                for name in CONTROLS:
+                    kw = _controls(name, b, "cuda")
+                    ours = timed(lambda: torch_wrs.sample_probs(probs, generator=gen, **kw))
+                    ours_lp = timed(lambda: torch_wrs.sample_probs(probs, generator=gen, return_logprobs="raw", **kw))
+                    f = _fi_call(fi, name, probs32, kw)
+                    fi_ms = timed(f) if f is not None and dtype == torch.float32 else None
+                    tn_kw = {"k": kw.get("top_k"), "p": kw.get("top_p"), "min_p": kw.get("min_p")}
+                    tn = timed(lambda: torch_native(probs32, **tn_kw), calls=2, reps=5) if b * v <= 2**28 else None
+                    results.append(dict(control=name, dtype=str(dtype).replace("torch.", ""), b=b, v=v, ours=ours,
+                                        ours_lp=ours_lp, fi=fi_ms, torch=tn, floor=floor))
+                    r = results[-1]
+                    lines.append(f"| {name} | {r['dtype']} | {b:,} x {v:,} | {ours:.4f} | {ours_lp:.4f} | "
+                                 f"{_fmt(fi_ms)} | {_fmt(tn)} | {floor:.4f} | {_ratio(fi_ms, ours)} | {_ratio(tn, ours)} |")
+                    print(lines[-1], flush=True)
+    lines += ["", *_logits_table(fi, gen, rows, vocabs), "", *_speculative_table(fi, gen), "", *_summary(results)]
+    text = "\n".join(lines)
+    print("\n".join(_summary(results)))
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+
+
+def _logits_table(fi, gen, rows, vocabs):
+    lines = ["From logits (float32, temperature 1): ms per call", "",
+             "| rows x vocab | ours | FlashInfer `sampling_from_logits` | x FlashInfer | ours, seeds | seeds / plain |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for v in vocabs:
+        for b in rows:
+            x = _llm_logits(b, v, torch.float32, gen)
+            seeds = torch.arange(b, device="cuda")
+            ours = timed(lambda: torch_wrs.sample_logits(x, generator=gen))
+            seeded = timed(lambda: torch_wrs.sample_logits(x, seeds=seeds, top_k=50, top_p=0.9))
+            scalar = timed(lambda: torch_wrs.sample_logits(x, generator=gen, top_k=50, top_p=0.9))
+            f = timed(lambda: fi.from_logits(x, 1, 0)) if fi is not None else None
+            lines.append(f"| {b:,} x {v:,} | {ours:.4f} | {_fmt(f)} | {_ratio(f, ours)} | {seeded:.4f} | "
+                         f"{seeded / scalar:.2f} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
+def _speculative_table(fi, gen):
+    v = 128_256
+    lines = [f"Speculative acceptance (V = {v:,}, float32): ms per call", "",
+             "| B | S | ours | FlashInfer `chain_speculative_sampling` | x FlashInfer |", "|---:|---:|---:|---:|---:|"]
+    for b in (1, 16, 64, 256):
+        for s in (1, 4, 8):
+            d = torch.softmax(_llm_logits(b * s, v, torch.float32, gen), -1).view(b, s, v)
+            t = torch.softmax(_llm_logits(b * (s + 1), v, torch.float32, gen), -1).view(b, s + 1, v)
+            tok = torch.multinomial(d.view(-1, v), 1).view(b, s)
+            ours = timed(lambda: torch_wrs.speculative_accept(d, tok, t, generator=gen))
+            f = timed(lambda: fi.chain_speculative(d, tok.int(), t, 1, 0)) if fi is not None else None
+            lines.append(f"| {b} | {s} | {ours:.4f} | {_fmt(f)} | {_ratio(f, ours)} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
+def _summary(results):
+    lines = ["Against FlashInfer (float32), per control: median and minimum of FlashInfer / ours, cells where "
+             "we lose:", ""]
+    for name in CONTROLS:
+        rs = [r["fi"] / r["ours"] for r in results if r["control"] == name and r["fi"]]
+        if rs:
+            lose = [f"{r['b']}x{r['v']}" for r in results if r["control"] == name and r["fi"] and r["fi"] < r["ours"]]
+            lines.append(f"- {name}: median {statistics.median(rs):.2f}x, min {min(rs):.2f}x; slower in "
+                         f"{len(lose)} of {len(rs)}: {', '.join(lose) or 'none'}")
+        tn = [r["torch"] / r["ours"] for r in results if r["control"] == name and r["torch"]]
+        if tn:
+            lines.append(f"  vs torch sort path: median {statistics.median(tn):.1f}x, min {min(tn):.1f}x")
+    lp = [r["ours_lp"] / r["ours"] for r in results]
+    lines.append(f"- log-probs cost: median {statistics.median(lp):.3f}x, max {max(lp):.3f}x of the plain call")
+    plain = {(r["dtype"], r["b"], r["v"]): r["ours"] for r in results if r["control"] == "none"}
+    ctl = [r["ours"] / plain[(r["dtype"], r["b"], r["v"])] for r in results if r["control"] != "none"]
+    lines.append(f"- a control over our plain sampling: median {statistics.median(ctl):.2f}x, max {max(ctl):.2f}x")
+    return lines
+
+
+def _fmt(x):
+    return "" if x is None else f"{x:.4f}"
+
+
+def _ratio(a, b):
+    return "" if a is None else f"{a / b:.2f}x"
+
+
+def _bandwidth():
+    src = torch.empty(1 << 29, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = timed(lambda: dst.copy_(src), calls=1, reps=10)
+    return 2 * src.numel() / (ms * 1e-3)
