@@ -1,5 +1,6 @@
 // CPU kernels of the LLM samplers (llm.h states the law): a row at a time, the thresholds
-// by selection (nth_element for top-k, a sort of the top-k set for top-p), then the race.
+// by selection (nth_element for top-k, a sort of the top-k set for top-p), then each draw
+// by inverse CDF over the kept items (the GPU races them instead: the same law, other bits).
 #include "common/philox.h"
 #include "llm/llm_ops.h"
 
@@ -28,6 +29,7 @@ struct Scratch {
   std::vector<std::pair<uint32_t, uint64_t>> pairs;
   std::vector<int64_t> kept;
   std::vector<float> log_w;
+  std::vector<double> cum;
 };
 
 // A row's values, validity, largest value and its first index.
@@ -110,9 +112,11 @@ void sample_row(const scalar_t* x, const Call& call, int64_t row, const PhiloxSe
   }
   const uint32_t thr = threshold<kLogits>(st, rc, v, s);
   const float log_min_p = std::log(rc.min_p);
-  // The kept items and their log-weights, once: each draw races only those.
+  // The kept items' cumulative weights, once; each draw is a binary search for a uniform
+  // point of their total (the same law as the GPU's race: the kept set, renormalised).
   s.kept.clear();
   s.log_w.clear();
+  s.cum.clear();
   double sum_kept = 0.0;
   for (int64_t i = 0; i < v; ++i) {
     const bool positive = kLogits ? s.y[i] > -std::numeric_limits<float>::infinity() : s.y[i] > 0.0f;
@@ -120,23 +124,19 @@ void sample_row(const scalar_t* x, const Call& call, int64_t row, const PhiloxSe
     s.kept.push_back(i);
     s.log_w.push_back(log_weight<kLogits>(s.y[i], st.ymax));
     sum_kept += std::exp(static_cast<double>(s.log_w.back()));
+    s.cum.push_back(sum_kept);
   }
   const bool own_seed = call.controls.seeds != nullptr;
   const PhiloxSeed seed = own_seed ? PhiloxSeed{static_cast<uint64_t>(call.controls.seeds[row]), 0} : gen_seed;
-  const int64_t quads = (v + 3) / 4;
   const int64_t tag = own_seed ? 0 : row;
   for (int64_t j = 0; j < call.samples; ++j) {
-    const PhiloxSeed block_seed{seed.seed, seed.offset + 4 * static_cast<uint64_t>(j)};
-    float best = -std::numeric_limits<float>::infinity();
-    size_t win = 0;
-    int64_t quad = -1;
-    at::detail::UINT4 words{};
-    for (size_t c = 0; c < s.kept.size(); ++c) {
-      const int64_t i = s.kept[c];
-      if (i / 4 != quad) quad = i / 4, words = philox_block(block_seed, subsequence(tag, quads, i));
-      const float key = race_key(s.log_w[c], words[i % 4]);
-      if (key > best) best = key, win = c;
-    }
+    // Draw j: words 0 and 1 of block offset / 4 + j of subsequence `tag`, a 64-bit uniform.
+    const auto words = philox_block(PhiloxSeed{seed.seed, seed.offset + 4 * static_cast<uint64_t>(j)},
+                                    static_cast<uint64_t>(tag));
+    const uint64_t bits = (static_cast<uint64_t>(words[1]) << 32) | words[0];
+    const double point = static_cast<double>(bits >> 11) * 0x1.0p-53 * sum_kept;
+    const size_t win = std::min<size_t>(std::upper_bound(s.cum.begin(), s.cum.end(), point) - s.cum.begin(),
+                                        s.kept.size() - 1);
     tokens[j] = s.kept[win];
     if (logprobs) logprobs[j] = static_cast<float>(s.log_w[win] - std::log(call.logprobs == kRaw ? sum_all : sum_kept));
   }

@@ -1,13 +1,13 @@
 // CUDA kernels of sample_llm and filter_logits (llm.h states the law). A row is served by
 // a cluster of CTAs (dispatch_cuda.h picks its size), each over a contiguous share of the
-// row; the CTAs combine their partial results through distributed shared memory, so a row
-// takes one launch however it is split. A row's passes over its values:
-//   1. stats (only with a control or greedy): largest value, first argmax, bad values,
-//      log-sum-exp;
-//   2. top-k / top-p: the level-1 histogram (count and integer mass per bin); the boundary
-//      bin's items are stashed in shared memory when few (levels 2 and 3 then run there),
-//      else levels 2 and 3 run as more passes;
-//   3. the race over kept items (or, for filter_logits, the write).
+// row; the CTAs combine their partial results through distributed shared memory, so a call
+// is one launch however its rows are split. A row's passes over its values:
+//   1. stats (with any control, or greedy): largest value, first argmax, bad values,
+//      log-sum-exp; the values stay in shared memory (resident), so later passes read no
+//      device memory;
+//   2. top-k / top-p: radix levels over the keys (select_cuda.cuh), a histogram pass each;
+//   3. the race over kept items (or, for filter_logits, the write). An item whose race key
+//      cannot beat its thread's best draws no log: E >= u bounds its key from its 32 bits.
 // Nothing is read back to the host; invalid rows give token 0 and a NaN log-probability.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
@@ -29,6 +29,10 @@ namespace {
 
 namespace cg = cooperative_groups;
 
+constexpr int kQuadsInFlight = 4;  // per thread per trip over device memory
+// -log E_i <= 22.9 for every 32-bit E (exponential32): an item 23 below the best never wins.
+constexpr float kMaxGumbel = 23.0f;
+
 template <typename scalar_t>
 struct Args {
   const scalar_t* x;
@@ -41,10 +45,11 @@ struct Args {
   int64_t* tokens;
   float* logprobs;
   scalar_t* filtered;  // filter_logits' output, or nullptr
+  bool resident;       // shared memory holds kResident values after Shared
 };
 
-// What a pass reduces: the largest value and its first index, bad values, and an online
-// log-sum-exp (m, s) of the log-weights; for the race also the best race key and its item.
+// What a pass reduces: the best value (stats: the largest y; race: the largest key) and its
+// first index, bad values, and an online log-sum-exp (m, s) of the log-weights.
 struct Partial {
   float best;
   int64_t index;
@@ -82,8 +87,7 @@ struct Combine {
 
 constexpr Partial kEmpty{-INFINITY, INT64_MAX, -INFINITY, 0.0f, 0};
 
-__device__ inline int64_t ceil_div_dev(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
+// Shared memory; a resident row's values follow it (kResident floats, at kValsOffset).
 struct Shared {
   uint32_t local_count[kBins];
   uint64_t local_mass[kBins];
@@ -91,26 +95,23 @@ struct Shared {
   uint64_t l1_mass[kBins];
   uint32_t count[kBins];  // levels 2 and 3
   uint64_t mass[kBins];
-  uint32_t stash_key[kStash];  // this CTA's candidates
-  uint64_t stash_q[kStash];
-  uint32_t cand_key[kStash];  // every CTA's candidates
-  uint64_t cand_q[kStash];
-  int stash_n, cand_n;
   Partial part;
   Boundary boundary;
-  typename cub::BlockReduce<Partial, kThreads>::TempStorage reduce;
-  typename CountMassScan::TempStorage scan;
-  typename cub::BlockReduce<uint64_t, kThreads>::TempStorage total_reduce;
   uint64_t total;
+  union {
+    typename cub::BlockReduce<Partial, kThreads>::TempStorage reduce;
+    typename CountMassScan::TempStorage scan;
+    typename cub::BlockReduce<uint64_t, kThreads>::TempStorage total_reduce;
+  };
 };
+
+constexpr size_t kValsOffset = (sizeof(Shared) + 15) / 16 * 16;
 
 template <typename scalar_t>
 struct alignas(4 * sizeof(scalar_t)) Quad {
   scalar_t item[4];
 };
 
-// Calls f(i, y) for each item of this CTA's share of the row; two quads a thread per trip,
-// both loads in flight before either is used.
 template <typename scalar_t>
 __device__ inline int load_quad(const scalar_t* xr, int64_t v, int64_t q, bool aligned, float (&y)[4]) {
   if (aligned && 4 * q + 4 <= v) {
@@ -124,17 +125,60 @@ __device__ inline int load_quad(const scalar_t* xr, int64_t v, int64_t q, bool a
   return present;
 }
 
-template <bool kLogits, typename scalar_t, typename F>
-__device__ inline void for_each(const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end, float inv_t, F&& f) {
-  const bool aligned = reinterpret_cast<uintptr_t>(xr) % sizeof(Quad<scalar_t>) == 0;
-  for (int64_t q = q_begin + threadIdx.x; q < q_end; q += 2 * kThreads) {
-    float y0[4], y1[4];
-    const int n0 = load_quad(xr, v, q, aligned, y0);
-    const int n1 = q + kThreads < q_end ? load_quad(xr, v, q + kThreads, aligned, y1) : 0;
-    for (int h = 0; h < n0; ++h) f(4 * q + h, kLogits ? y0[h] * inv_t : y0[h]);
-    for (int h = 0; h < n1; ++h) f(4 * (q + kThreads) + h, kLogits ? y1[h] * inv_t : y1[h]);
+// This CTA's share of a row: quads [q_begin, q_end); its values y (x / T for logits) come
+// from device memory, or from shared memory once `resident` (vals[j] is item 4 q_begin + j).
+template <bool kLogits, typename scalar_t>
+struct Row {
+  const scalar_t* xr;
+  int64_t v, q_begin, q_end;
+  float inv_t, ymax;
+  int bits;
+  bool need_mass;
+  bool resident;
+  float* vals;
+  __device__ uint64_t q(float y) const { return need_mass ? quantize_mass(mass_of<kLogits>(y, ymax), bits) : 0; }
+
+  // Calls f(i, y) for each item, a thread's items quad by quad (so a quad's Philox block is
+  // drawn once); `keep` stores the values in shared memory for later passes.
+  template <typename F>
+  __device__ void each(F&& f, bool keep = false) const {
+    if (resident) {
+      const float4* v4 = reinterpret_cast<const float4*>(vals);
+      for (int64_t q = q_begin + threadIdx.x; q < q_end; q += kThreads) {
+        const float4 y = v4[q - q_begin];
+        const int64_t i = 4 * q;
+        const int present = static_cast<int>(min(int64_t{4}, v - i));
+        f(i, y.x);
+        if (present > 1) f(i + 1, y.y);
+        if (present > 2) f(i + 2, y.z);
+        if (present > 3) f(i + 3, y.w);
+      }
+      return;
+    }
+    const bool aligned = reinterpret_cast<uintptr_t>(xr) % sizeof(Quad<scalar_t>) == 0;
+    const float scale = kLogits ? inv_t : 1.0f;
+    for (int64_t base = q_begin + threadIdx.x; base < q_end; base += kQuadsInFlight * kThreads) {
+      float y[kQuadsInFlight][4];
+      int n[kQuadsInFlight];
+#pragma unroll
+      for (int t = 0; t < kQuadsInFlight; ++t) {
+        const int64_t q = base + t * kThreads;
+        n[t] = q < q_end ? load_quad(xr, v, q, aligned, y[t]) : 0;
+      }
+#pragma unroll
+      for (int t = 0; t < kQuadsInFlight; ++t) {
+        const int64_t q = base + t * kThreads;
+#pragma unroll
+        for (int h = 0; h < 4; ++h) y[t][h] *= scale;
+        if (keep && n[t] > 0) reinterpret_cast<float4*>(vals)[q - q_begin] = make_float4(y[t][0], y[t][1], y[t][2], y[t][3]);
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          if (h < n[t]) f(4 * q + h, y[t][h]);
+        }
+      }
+    }
   }
-}
+};
 
 // The cluster's combination of every CTA's block-reduced partial (the same in every CTA).
 __device__ Partial cluster_partial(Shared& sh, const Partial& mine, cg::cluster_group& cluster) {
@@ -147,8 +191,18 @@ __device__ Partial cluster_partial(Shared& sh, const Partial& mine, cg::cluster_
   return all;
 }
 
-// Sums every CTA's local histogram into (count, mass).
-__device__ void cluster_histogram(Shared& sh, uint32_t* count, uint64_t* mass, cg::cluster_group& cluster) {
+// One histogram pass at `level` (items in `prefix`, key >= floor), summed over the
+// cluster into (count, mass).
+template <bool kLogits, typename scalar_t>
+__device__ void histogram_pass(Shared& sh, const Row<kLogits, scalar_t>& row, int level, uint32_t prefix,
+                               uint32_t floor, uint32_t* count, uint64_t* mass, cg::cluster_group& cluster) {
+  for (int b = threadIdx.x; b < kBins; b += kThreads) sh.local_count[b] = 0, sh.local_mass[b] = 0;
+  __syncthreads();
+  row.each([&](int64_t, float y) {
+    const uint32_t key = order_key(y);
+    if (key < floor || !in_prefix(key, level, prefix)) return;
+    histogram_add(sh.local_count, sh.local_mass, bin_of(key, level), row.q(y), row.need_mass);
+  });
   cluster.sync();
   for (int b = threadIdx.x; b < kBins; b += kThreads) {
     uint32_t c = 0;
@@ -163,77 +217,6 @@ __device__ void cluster_histogram(Shared& sh, uint32_t* count, uint64_t* mass, c
   cluster.sync();
 }
 
-__device__ void clear(uint32_t* count, uint64_t* mass) {
-  for (int b = threadIdx.x; b < kBins; b += kThreads) count[b] = 0, mass[b] = 0;
-  __syncthreads();
-}
-
-template <bool kLogits, typename scalar_t>
-struct Row {
-  const scalar_t* xr;
-  int64_t v, q_begin, q_end;
-  float inv_t, ymax;
-  int bits;
-  bool need_mass;
-  __device__ uint64_t q(float y) const { return need_mass ? quantize_mass(mass_of<kLogits>(y, ymax), bits) : 0; }
-};
-
-// One histogram pass over the row at `level` (items in `prefix`, key >= floor), summed
-// over the cluster into (count, mass).
-template <bool kLogits, typename scalar_t>
-__device__ void histogram_pass(Shared& sh, const Row<kLogits, scalar_t>& row, int level, uint32_t prefix,
-                               uint32_t floor, uint32_t* count, uint64_t* mass, cg::cluster_group& cluster) {
-  clear(sh.local_count, sh.local_mass);
-  for_each<kLogits>(row.xr, row.v, row.q_begin, row.q_end, row.inv_t, [&](int64_t, float y) {
-    const uint32_t key = order_key(y);
-    if (key < floor || !in_prefix(key, level, prefix)) return;
-    const int b = bin_of(key, level);
-    atomicAdd(&sh.local_count[b], 1u);
-    if (row.need_mass) atomicAdd(reinterpret_cast<unsigned long long*>(&sh.local_mass[b]), row.q(y));
-  });
-  cluster_histogram(sh, count, mass, cluster);
-}
-
-// Gathers the items of level-1 bin `bin` with key >= floor into cand_* (every CTA's).
-template <bool kLogits, typename scalar_t>
-__device__ void stash_pass(Shared& sh, const Row<kLogits, scalar_t>& row, uint32_t bin, uint32_t floor,
-                           cg::cluster_group& cluster) {
-  if (threadIdx.x == 0) sh.stash_n = 0;
-  __syncthreads();
-  for_each<kLogits>(row.xr, row.v, row.q_begin, row.q_end, row.inv_t, [&](int64_t, float y) {
-    const uint32_t key = order_key(y);
-    if (key < floor || (key >> level_shift(1)) != bin) return;
-    const int slot = atomicAdd(&sh.stash_n, 1);
-    if (slot < kStash) sh.stash_key[slot] = key, sh.stash_q[slot] = row.q(y);
-  });
-  cluster.sync();
-  int offset = 0;
-  for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
-    const Shared* other = cluster.map_shared_rank(&sh, r);
-    const int n = min(other->stash_n, kStash - offset);
-    for (int j = threadIdx.x; j < n; j += kThreads) {
-      sh.cand_key[offset + j] = other->stash_key[j];
-      sh.cand_q[offset + j] = other->stash_q[j];
-    }
-    offset += n;
-  }
-  if (threadIdx.x == 0) sh.cand_n = offset;
-  cluster.sync();
-}
-
-// A histogram of the stashed candidates at `level` (the same in every CTA).
-__device__ void stash_histogram(Shared& sh, int level, uint32_t prefix, uint32_t floor) {
-  clear(sh.count, sh.mass);
-  for (int j = threadIdx.x; j < sh.cand_n; j += kThreads) {
-    const uint32_t key = sh.cand_key[j];
-    if (key < floor || !in_prefix(key, level, prefix)) continue;
-    const int b = bin_of(key, level);
-    atomicAdd(&sh.count[b], 1u);
-    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.mass[b]), static_cast<unsigned long long>(sh.cand_q[j]));
-  }
-  __syncthreads();
-}
-
 // The level-1 histogram's total mass, in every thread.
 __device__ uint64_t histogram_mass(Shared& sh) {
   uint64_t mine = 0;
@@ -244,21 +227,14 @@ __device__ uint64_t histogram_mass(Shared& sh) {
   return sh.total;
 }
 
-// Which level-1 bin the candidates hold (items with key >= floor), or -1.
-struct StashState {
-  int bin = -1;
-  uint32_t floor = 0;
-};
-
 // The largest key t such that the items with key >= max(t, floor) reach `target` (in
-// count, or in mass), and their count and mass: levels 2 and 3 run on the stash where
-// the level-1 boundary bin holds at most kStash items, else as passes over the row.
+// count, or in mass), and their count and mass (ge). Level 1 is the shared histogram;
+// levels 2 and 3 are passes over the row.
 template <bool kLogits, typename scalar_t>
 __device__ uint32_t select(Shared& sh, const Row<kLogits, scalar_t>& row, bool by_mass, uint64_t target,
-                           uint32_t floor, StashState& stash, CountMass& ge, cg::cluster_group& cluster) {
+                           uint32_t floor, CountMass& ge, cg::cluster_group& cluster) {
   Boundary b = find_boundary(sh.l1_count, sh.l1_mass, CountMass{0, 0}, target, by_mass, sh.scan, &sh.boundary);
   uint32_t prefix = 0;
-  bool on_stash = false;
   for (int level = 1;; ++level) {
     if (b.bin < 0) {  // out of reach, which a valid row never is: keep everything
       ge = CountMass{0, 0};
@@ -269,19 +245,7 @@ __device__ uint32_t select(Shared& sh, const Row<kLogits, scalar_t>& row, bool b
       ge = AddCountMass()(b.above, b.in_bin);
       return prefix;
     }
-    if (level == 1) {
-      on_stash = stash.bin == b.bin && stash.floor <= floor;
-      if (!on_stash && b.in_bin.count <= static_cast<uint64_t>(kStash)) {
-        stash_pass(sh, row, prefix, floor, cluster);
-        stash = StashState{b.bin, floor};
-        on_stash = true;
-      }
-    }
-    if (on_stash) {
-      stash_histogram(sh, level + 1, prefix, floor);
-    } else {
-      histogram_pass(sh, row, level + 1, prefix, floor, sh.count, sh.mass, cluster);
-    }
+    histogram_pass(sh, row, level + 1, prefix, floor, sh.count, sh.mass, cluster);
     b = find_boundary(sh.count, sh.mass, b.above, target, by_mass, sh.scan, &sh.boundary);
   }
 }
@@ -296,14 +260,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   const int64_t rank = cluster.block_rank();
   const RowControls rc = row_controls(a.controls, row);
   const int64_t quads = (a.v + 3) / 4;
-  const int64_t share = ceil_div_dev(quads, cs);
-  Row<kLogits, scalar_t> r{a.x + row * a.v, a.v, rank * share, min(quads, (rank + 1) * share), rc.inv_temperature,
-                           0.0f, a.mass_bits, rc.top_p_on()};
+  const int64_t share = (quads + cs - 1) / cs;
+  Row<kLogits, scalar_t> r{a.x + row * a.v, a.v, min(quads, rank * share), min(quads, (rank + 1) * share),
+                           rc.inv_temperature, 0.0f, a.mass_bits, rc.top_p_on(), false,
+                           reinterpret_cast<float*>(smem + kValsOffset)};
   const bool filter = a.filtered != nullptr;
+  const bool want_lse = a.logprobs != nullptr;
   scalar_t* out = filter ? a.filtered + row * a.v : nullptr;
   auto finish_invalid = [&] {
     if (filter) {
-      for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, 1.0f, [&](int64_t i, float) { out[i] = static_cast<scalar_t>(NAN); });
+      r.each([&](int64_t i, float) { out[i] = static_cast<scalar_t>(NAN); });
     } else if (rank == 0) {
       for (int64_t s = threadIdx.x; s < a.samples; s += kThreads) {
         a.tokens[row * a.samples + s] = 0;
@@ -319,23 +285,27 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   Partial stats = kEmpty;
   if (need_stats) {
     Partial mine = kEmpty;
-    for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, r.inv_t, [&](int64_t i, float y) {
-      mine.bad |= bad_value<kLogits>(y);
-      if (y > mine.best) mine.best = y, mine.index = i;
-      add_lse(mine, kLogits ? y : (y > 0.0f ? __logf(y) : -INFINITY));
-    });
+    const bool keep = a.resident && (thresholds || rc.min_p_on() || filter);
+    r.each(
+        [&](int64_t i, float y) {
+          mine.bad |= bad_value<kLogits>(y);
+          if (y > mine.best) mine.best = y, mine.index = i;
+          if (want_lse) add_lse(mine, kLogits ? y : (y > 0.0f ? __logf(y) : -INFINITY));
+        },
+        keep);
+    r.resident = keep;
     stats = cluster_partial(sh, mine, cluster);
     if (stats.bad || !(kLogits ? stats.best > -INFINITY : stats.best > 0.0f)) return finish_invalid();
     r.ymax = stats.best;
     if (rc.greedy) {
       if (filter) {
-        for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, 1.0f, [&](int64_t i, float y) {
-          out[i] = static_cast<scalar_t>(i == stats.index ? y : -INFINITY);
-        });
+        r.each([&](int64_t i, float y) { out[i] = static_cast<scalar_t>(i == stats.index ? y : -INFINITY); });
       } else if (rank == 0) {
         for (int64_t s = threadIdx.x; s < a.samples; s += kThreads) {
           a.tokens[row * a.samples + s] = stats.index;
-          if (a.logprobs) a.logprobs[row * a.samples + s] = a.logprob_mode == kRaw ? stats.best - (stats.m + __logf(stats.s)) : 0.0f;
+          if (a.logprobs) {
+            a.logprobs[row * a.samples + s] = a.logprob_mode == kRaw ? stats.best - (stats.m + __logf(stats.s)) : 0.0f;
+          }
         }
       }
       return;
@@ -346,18 +316,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   uint32_t thr = 0;
   if (thresholds) {
     histogram_pass(sh, r, 1, 0, 0, sh.l1_count, sh.l1_mass, cluster);
-    StashState stash;
     CountMass ge{0, 0};
     uint32_t tk = 0;
-    if (rc.top_k_on(a.v)) tk = select(sh, r, false, static_cast<uint64_t>(rc.top_k), 0u, stash, ge, cluster);
+    if (rc.top_k_on(a.v)) tk = select(sh, r, false, static_cast<uint64_t>(rc.top_k), 0u, ge, cluster);
+    thr = tk;
     if (rc.top_p_on()) {
-      uint64_t m = ge.mass;
-      if (!rc.top_k_on(a.v)) m = histogram_mass(sh);
+      const uint64_t m = rc.top_k_on(a.v) ? ge.mass : histogram_mass(sh);
       CountMass ge_p{0, 0};
-      const uint32_t tp = select(sh, r, true, top_p_target(rc.top_p, m), tk, stash, ge_p, cluster);
-      thr = max(tk, tp);
-    } else {
-      thr = tk;
+      thr = max(tk, select(sh, r, true, top_p_target(rc.top_p, m), tk, ge_p, cluster));
     }
   }
   const float log_min_p = __logf(rc.min_p);
@@ -368,8 +334,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
 
   // 3. the write (filter_logits) or the race
   if (filter) {
-    for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, r.inv_t,
-                      [&](int64_t i, float y) { out[i] = static_cast<scalar_t>(keeps(y) ? y : -INFINITY); });
+    r.each([&](int64_t i, float y) { out[i] = static_cast<scalar_t>(keeps(y) ? y : -INFINITY); });
     return;
   }
   const bool own_seed = a.controls.seeds != nullptr;
@@ -381,15 +346,20 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
     Partial mine = kEmpty;
     int64_t quad = -1;
     uint4 words{};
-    for_each<kLogits>(r.xr, r.v, r.q_begin, r.q_end, r.inv_t, [&](int64_t i, float y) {
+    r.each([&](int64_t i, float y) {
       if (!need_stats) mine.bad |= bad_value<kLogits>(y);
       if (!keeps(y)) return;
+      const float l = kLogits ? y : __logf(y);
+      if (want_lse) add_lse(mine, l);
+      if (mine.index != INT64_MAX && l + kMaxGumbel < mine.best) return;  // cannot win, whatever its bits
       if (i / 4 != quad) quad = i / 4, words = philox_block_at(key, offset / 4 + s, subsequence(tag, quads, i));
       const uint32_t w = (i & 3) == 0 ? words.x : (i & 3) == 1 ? words.y : (i & 3) == 2 ? words.z : words.w;
-      const float l = kLogits ? y : __logf(y);
-      add_lse(mine, l);
+      // E >= u = (w + 1/2) 2^-32, so the key l - log E <= l - log u: no log unless that can win.
+      if (mine.index != INT64_MAX && __fmaf_rn(static_cast<float>(w), 0x1.0p-32f, 0x1.0p-33f) >= __expf(l - mine.best) * 1.0001f) {
+        return;
+      }
       const float k = race_key(l, w);
-      if (k > mine.best) mine.best = k, mine.index = i;
+      if (k > mine.best || (k == mine.best && i < mine.index)) mine.best = k, mine.index = i;
     });
     const Partial race = cluster_partial(sh, mine, cluster);
     if (race.bad || race.index == INT64_MAX) return finish_invalid();
@@ -406,11 +376,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
 }
 
 template <typename scalar_t, bool kLogits>
-void launch(const Call& call, Args<scalar_t> a, int cluster) {
+void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {
   auto kernel = sample_kernel<scalar_t, kLogits>;
-  const size_t smem = sizeof(Shared);
-  static const bool sized = [&] {  // once per kernel: Shared is over the 48 KB default
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const size_t smem = resident ? kValsOffset + kResident * sizeof(float) : sizeof(Shared);
+  static const bool sized = [&] {  // once per kernel: shared memory over the 48 KB default
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kValsOffset + kResident * sizeof(float))));
     return true;
   }();
   (void)sized;
@@ -429,15 +400,23 @@ void launch(const Call& call, Args<scalar_t> a, int cluster) {
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
 }
 
+// Whether a call may take a control (any per-row tensor, or a scalar control set).
+bool has_controls(const Call& call) {
+  const Controls& c = call.controls;
+  return c.temperature || c.top_k || c.top_p || c.min_p || c.temperature_value == 0.0f ||
+         (c.top_k_value > 0 && c.top_k_value < call.v) || c.top_p_value < 1.0f || c.min_p_value > 0.0f;
+}
+
 template <typename scalar_t>
 void run(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, scalar_t* filtered) {
+  const bool resident = (filtered != nullptr || has_controls(call)) && fits_resident(call.v);
   Args<scalar_t> a{call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs,
-                   mass_bits(call.v), tokens, logprobs, filtered};
-  const int cluster = cluster_size(call.rows, call.v);
+                   mass_bits(call.v), tokens, logprobs, filtered, resident};
+  const int cluster = cluster_size(call.rows, call.v, resident);
   if (call.logits) {
-    launch<scalar_t, true>(call, a, cluster);
+    launch<scalar_t, true>(call, a, cluster, resident);
   } else {
-    launch<scalar_t, false>(call, a, cluster);
+    launch<scalar_t, false>(call, a, cluster, resident);
   }
 }
 

@@ -3,6 +3,8 @@
 // keys are searched by radix levels of 11, 11 and 10 bits; a level's histogram holds the
 // count and the exact integer mass of the items in each bin; the boundary bin is where a
 // predicate (count >= k, or mass >= ceil(p M)) first holds, counting from the top.
+// Histogram updates are aggregated per warp (the lanes of one bin add once): the tail of a
+// vocabulary falls into a few bins, which would otherwise serialize the atomics.
 #include <cub/block/block_scan.cuh>
 
 #include <cstdint>
@@ -12,7 +14,8 @@ namespace wrs::llm {
 constexpr int kThreads = 512;
 constexpr int kBins = 2048;
 constexpr int kBinsPerThread = kBins / kThreads;
-constexpr int kStash = 1536;  // candidates kept in shared memory (level 2 and 3 run on them)
+// Items of a row one CTA keeps in shared memory (as float values) between passes.
+constexpr int kResident = 32768;
 
 // Level l's shift and width: bins of level 1 are key >> 21, of level 2 (key >> 10) & 2047,
 // of level 3 key & 1023 (single keys).
@@ -70,6 +73,21 @@ __device__ inline Boundary find_boundary(const uint32_t* count, const uint64_t* 
   }
   __syncthreads();
   return *out;
+}
+
+// Adds one item (bin, q) to a histogram, the warp's lanes of one bin together: q < 2^41
+// is summed as 27 low and 14 high bits, whose 32-lane sums fit 32 bits.
+__device__ inline void histogram_add(uint32_t* count, uint64_t* mass, int bin, uint64_t q, bool with_mass) {
+  const unsigned peers = __match_any_sync(__activemask(), bin);
+  const bool leader = (threadIdx.x % 32) == static_cast<unsigned>(__ffs(peers) - 1);
+  if (leader) atomicAdd(&count[bin], static_cast<uint32_t>(__popc(peers)));
+  if (!with_mass) return;
+  const uint32_t lo = __reduce_add_sync(peers, static_cast<uint32_t>(q & ((1u << 27) - 1)));
+  const uint32_t hi = __reduce_add_sync(peers, static_cast<uint32_t>(q >> 27));
+  if (leader) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(&mass[bin]),
+              (static_cast<unsigned long long>(hi) << 27) + static_cast<unsigned long long>(lo));
+  }
 }
 
 }  // namespace wrs::llm
