@@ -56,13 +56,14 @@ def test_shapes_and_empty(device):
 
 
 @pytest.mark.parametrize("make,kwargs,message", [
-    (lambda d: torch.tensor([0.0, float("nan")], device=d), {}, "logits contains NaN or \\+inf"),
-    (lambda d: torch.tensor([0.0, float("inf")], device=d), {}, "logits contains NaN or \\+inf"),
-    (lambda d: torch.full((2, 3), float("-inf"), device=d), {}, "all -inf"),
+    # invalid rows raise with check=True (without it: token 0 and a NaN log-probability, test_llm.py)
+    (lambda d: torch.tensor([0.0, float("nan")], device=d), {"check": True}, "logits contains NaN or \\+inf"),
+    (lambda d: torch.tensor([0.0, float("inf")], device=d), {"check": True}, "logits contains NaN or \\+inf"),
+    (lambda d: torch.full((2, 3), float("-inf"), device=d), {"check": True}, "all -inf"),
     (lambda d: torch.tensor([0.0, float("-inf"), 1.0], device=d), {"num_samples": 3, "replacement": False},
      "fewer finite logits"),
     (lambda d: torch.zeros(3, device=d), {"num_samples": 4, "replacement": False}, "num_samples \\(4\\) > logits"),
-    (lambda d: torch.zeros(3, device=d), {"temperature": 0.0}, "temperature must be positive"),
+    (lambda d: torch.zeros(3, device=d), {"temperature": -1.0}, "temperature must be non-negative"),
     (lambda d: torch.zeros(3, device=d), {"num_samples": 0}, "num_samples must be positive"),
     (lambda d: torch.zeros(3, dtype=torch.int64, device=d), {}, "must be a floating-point tensor"),
     (lambda d: torch.zeros(2, 0, device=d), {}, "at least one category"),

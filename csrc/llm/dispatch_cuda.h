@@ -1,9 +1,10 @@
 #pragma once
 // The CUDA method table of the LLM samplers: how many CTAs (a cluster) share a row, and
 // whether the row stays in their shared memory between passes.
-//   - resident: a call with any control keeps each row in the cluster's shared memory
-//     (kResident items a CTA), read from device memory once, where a cluster of up to 8 holds
-//     it (up to 262,144 items); longer rows read device memory on every pass.
+//   - resident: each row stays in the cluster's shared memory (kResident items a CTA), read
+//     from device memory once, where a cluster of up to 8 holds it (up to 262,144 items), and
+//     is drawn from by inverse CDF over its segments; longer rows read device memory on
+//     every pass and race (sample_cuda.cu).
 //   - split: a call with fewer rows than the GPU has SMs splits each row further, up to 8
 //     CTAs, keeping at least kItemsPerCta items in each so the cluster's combining steps
 //     stay small beside the reads (docs/llm.md, "Cluster size").
@@ -18,8 +19,14 @@ namespace wrs::llm {
 constexpr int64_t kItemsPerCta = 4096;
 constexpr int kMaxCluster = 8;
 
-// Items of each CTA's share when a row of v items is split over c CTAs (whole quads).
-inline int64_t share_items(int64_t v, int c) { return 4 * ((((v + 3) / 4) + c - 1) / c); }
+// Quads of each CTA's share when a row of v items is split over c CTAs: whole segments of
+// kSegment items, so the segments (and the draw) do not depend on the split.
+constexpr int64_t kSegment = 128;
+C10_HOST_DEVICE inline int64_t share_quads(int64_t v, int64_t c) {
+  const int64_t segments = (v + kSegment - 1) / kSegment;
+  return (segments + c - 1) / c * (kSegment / 4);
+}
+inline int64_t share_items(int64_t v, int c) { return 4 * share_quads(v, c); }
 
 inline bool fits_resident(int64_t v) { return share_items(v, kMaxCluster) <= kResident; }
 

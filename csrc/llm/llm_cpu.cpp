@@ -130,9 +130,9 @@ void sample_row(const scalar_t* x, const Call& call, int64_t row, const PhiloxSe
   const PhiloxSeed seed = own_seed ? PhiloxSeed{static_cast<uint64_t>(call.controls.seeds[row]), 0} : gen_seed;
   const int64_t tag = own_seed ? 0 : row;
   for (int64_t j = 0; j < call.samples; ++j) {
-    // Draw j: words 0 and 1 of block offset / 4 + j of subsequence `tag`, a 64-bit uniform.
+    // Draw j: words 0 and 1 of block offset / 4 + j of the row's first subsequence, as on CUDA.
     const auto words = philox_block(PhiloxSeed{seed.seed, seed.offset + 4 * static_cast<uint64_t>(j)},
-                                    static_cast<uint64_t>(tag));
+                                    subsequence(tag, (v + 3) / 4, 0));
     const uint64_t bits = (static_cast<uint64_t>(words[1]) << 32) | words[0];
     const double point = static_cast<double>(bits >> 11) * 0x1.0p-53 * sum_kept;
     const size_t win = std::min<size_t>(std::upper_bound(s.cum.begin(), s.cum.end(), point) - s.cum.begin(),

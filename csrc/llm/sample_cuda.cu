@@ -6,8 +6,10 @@
 //      log-sum-exp; the values stay in shared memory (resident), so later passes read no
 //      device memory;
 //   2. top-k / top-p: radix levels over the keys (select_cuda.cuh), a histogram pass each;
-//   3. the race over kept items (or, for filter_logits, the write). An item whose race key
-//      cannot beat its thread's best draws no log: E >= u bounds its key from its 32 bits.
+//   3. the draw (or, for filter_logits, the write): a resident row by inverse CDF over its
+//      segments of 128 items in row order (float64 sums; the split of the row over CTAs does
+//      not change the draw); a longer row by the race over kept items, where an item whose
+//      key cannot beat its thread's best draws no log (E >= u bounds its key).
 // Nothing is read back to the host; invalid rows give token 0 and a NaN log-probability.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
@@ -95,6 +97,10 @@ struct Shared {
   uint64_t l1_mass[kBins];
   uint32_t count[kBins];  // levels 2 and 3
   uint64_t mass[kBins];
+  double seg_sum[kResident / kSegment];  // kept weight of each segment of this CTA's share
+  double seg_before[kResident / kSegment];
+  double cta_total;
+  int claim;
   Partial part;
   Boundary boundary;
   uint64_t total;
@@ -102,6 +108,7 @@ struct Shared {
     typename cub::BlockReduce<Partial, kThreads>::TempStorage reduce;
     typename CountMassScan::TempStorage scan;
     typename cub::BlockReduce<uint64_t, kThreads>::TempStorage total_reduce;
+    typename cub::BlockScan<double, kThreads>::TempStorage dscan;
   };
 };
 
@@ -250,6 +257,104 @@ __device__ uint32_t select(Shared& sh, const Row<kLogits, scalar_t>& row, bool b
   }
 }
 
+__device__ inline double warp_sum(double x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+  return x;
+}
+
+// The draw of a resident row: inverse CDF at a 53-bit uniform point of the kept weight, in
+// row order. Segments (kSegment items, 32 quads, a warp's float4 each) are summed, scanned
+// over the CTA and the cluster; the segment holding the point is walked by one warp. Where
+// float64 rounding leaves the point between two ranges, the largest value is drawn (the
+// fallback written first), with probability about 2^-50.
+template <bool kLogits, typename scalar_t, typename Keeps>
+__device__ void draw_inverse_cdf(Shared& sh, const Row<kLogits, scalar_t>& r, Keeps&& keeps, const Args<scalar_t>& a,
+                                 int64_t row, int64_t rank, float raw_norm, uint64_t key, uint64_t offset,
+                                 uint64_t sub, int64_t fallback, cg::cluster_group& cluster) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t share = r.q_end - r.q_begin;
+  const int nseg = static_cast<int>((share + 31) / 32);
+  const float4* v4 = reinterpret_cast<const float4*>(r.vals);
+  auto weights = [&](int64_t qi, float (&w)[4]) {  // the kept weights of quad qi of the share
+    const float4 y4 = qi < share ? v4[qi] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float y[4] = {y4.x, y4.y, y4.z, y4.w};
+    const int64_t i = 4 * (r.q_begin + qi);
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const bool in = qi < share && i + h < r.v && keeps(y[h]);
+      w[h] = in ? (kLogits ? __expf(y[h] - r.ymax) : y[h]) : 0.0f;
+    }
+  };
+  for (int seg = warp; seg < nseg; seg += kThreads / 32) {
+    float w[4];
+    weights(static_cast<int64_t>(seg) * 32 + lane, w);
+    const double sum = warp_sum(((static_cast<double>(w[0]) + w[1]) + w[2]) + w[3]);
+    if (lane == 0) sh.seg_sum[seg] = sum;
+  }
+  __syncthreads();
+  double before = 0.0, cta_total = 0.0;
+  cub::BlockScan<double, kThreads>(sh.dscan)
+      .ExclusiveSum(static_cast<int>(threadIdx.x) < nseg ? sh.seg_sum[threadIdx.x] : 0.0, before, cta_total);
+  if (static_cast<int>(threadIdx.x) < nseg) sh.seg_before[threadIdx.x] = before;
+  if (threadIdx.x == 0) sh.cta_total = cta_total;
+  if (rank == 0) {
+    for (int64_t s = threadIdx.x; s < a.samples; s += kThreads) {
+      a.tokens[row * a.samples + s] = fallback;
+      if (a.logprobs) a.logprobs[row * a.samples + s] = NAN;
+    }
+  }
+  cluster.sync();
+  double cta_before = 0.0, grand = 0.0;
+  for (unsigned q = 0; q < cluster.num_blocks(); ++q) {
+    const double t = cluster.map_shared_rank(&sh, q)->cta_total;
+    if (q < rank) cta_before += t;
+    grand += t;
+  }
+  cluster.sync();
+  for (int64_t s = 0; s < a.samples; ++s) {
+    const uint4 w4 = philox_block_at(key, offset / 4 + s, sub);
+    const double u = static_cast<double>(((static_cast<uint64_t>(w4.y) << 32) | w4.x) >> 11) * 0x1.0p-53;
+    const double point = u * grand;
+    if (threadIdx.x == 0) sh.claim = -1;
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < nseg) {
+      const double lo = cta_before + sh.seg_before[threadIdx.x];
+      if (point >= lo && point < lo + sh.seg_sum[threadIdx.x]) sh.claim = threadIdx.x;
+    }
+    __syncthreads();
+    const int seg = sh.claim;
+    if (seg < 0 || warp != 0) continue;
+    float w[4];
+    const int64_t qi = static_cast<int64_t>(seg) * 32 + lane;
+    weights(qi, w);
+    const double lane_sum = ((static_cast<double>(w[0]) + w[1]) + w[2]) + w[3];
+    double incl = lane_sum;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const double up = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += up;
+    }
+    double cum = cta_before + sh.seg_before[seg] + (incl - lane_sum);
+    int hit = -1;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      cum += w[h];
+      if (hit < 0 && w[h] > 0.0f && point < cum) hit = h;
+    }
+    const unsigned found = __ballot_sync(0xffffffffu, hit >= 0 && point >= cta_before + sh.seg_before[seg] + (incl - lane_sum));
+    if (found == 0 || lane != __ffs(found) - 1) continue;
+    const int64_t i = 4 * (r.q_begin + qi) + hit;
+    a.tokens[row * a.samples + s] = i;
+    if (a.logprobs) {
+      const float y = r.vals[4 * qi + hit];
+      const float l = kLogits ? y - r.ymax : __logf(y);
+      a.logprobs[row * a.samples + s] =
+          a.logprob_mode == kRaw ? (kLogits ? y : l) - raw_norm : l - static_cast<float>(log(grand));
+    }
+  }
+}
+
 template <typename scalar_t, bool kLogits>
 __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -260,7 +365,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   const int64_t rank = cluster.block_rank();
   const RowControls rc = row_controls(a.controls, row);
   const int64_t quads = (a.v + 3) / 4;
-  const int64_t share = (quads + cs - 1) / cs;
+  const int64_t share = share_quads(a.v, cs);
   Row<kLogits, scalar_t> r{a.x + row * a.v, a.v, min(quads, rank * share), min(quads, (rank + 1) * share),
                            rc.inv_temperature, 0.0f, a.mass_bits, rc.top_p_on(), false,
                            reinterpret_cast<float*>(smem + kValsOffset)};
@@ -281,11 +386,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
 
   // 1. stats
   const bool thresholds = rc.top_k_on(a.v) || rc.top_p_on();
-  const bool need_stats = filter || rc.greedy || thresholds || rc.min_p_on();
+  const bool need_stats = filter || rc.greedy || thresholds || rc.min_p_on() || a.resident;
   Partial stats = kEmpty;
   if (need_stats) {
     Partial mine = kEmpty;
-    const bool keep = a.resident && (thresholds || rc.min_p_on() || filter);
+    const bool keep = a.resident && !rc.greedy;
     r.each(
         [&](int64_t i, float y) {
           mine.bad |= bad_value<kLogits>(y);
@@ -342,6 +447,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   const uint64_t key = own_seed ? static_cast<uint64_t>(a.controls.seeds[row]) : gen.seed;
   const uint64_t offset = own_seed ? 0 : gen.offset;
   const int64_t tag = own_seed ? 0 : row;
+  if (r.resident) {
+    const float raw_norm = stats.m + __logf(stats.s);
+    return draw_inverse_cdf(sh, r, keeps, a, row, rank, raw_norm, key, offset, subsequence(tag, quads, 0),
+                            stats.index, cluster);
+  }
   for (int64_t s = 0; s < a.samples; ++s) {
     Partial mine = kEmpty;
     int64_t quad = -1;

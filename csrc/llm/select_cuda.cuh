@@ -75,19 +75,34 @@ __device__ inline Boundary find_boundary(const uint32_t* count, const uint64_t* 
   return *out;
 }
 
-// Adds one item (bin, q) to a histogram, the warp's lanes of one bin together: q < 2^41
-// is summed as 27 low and 14 high bits, whose 32-lane sums fit 32 bits.
+// Adds one item (bin, q) to a histogram. The lanes that share the first active lane's bin
+// add together, then those of the next (the tail of a vocabulary fills a few bins, which
+// would serialize the atomics); the rest add alone. q < 2^41 is summed as 27 low and 14
+// high bits, whose 32-lane sums fit 32 bits.
 __device__ inline void histogram_add(uint32_t* count, uint64_t* mass, int bin, uint64_t q, bool with_mass) {
-  const unsigned peers = __match_any_sync(__activemask(), bin);
-  const bool leader = (threadIdx.x % 32) == static_cast<unsigned>(__ffs(peers) - 1);
-  if (leader) atomicAdd(&count[bin], static_cast<uint32_t>(__popc(peers)));
-  if (!with_mass) return;
-  const uint32_t lo = __reduce_add_sync(peers, static_cast<uint32_t>(q & ((1u << 27) - 1)));
-  const uint32_t hi = __reduce_add_sync(peers, static_cast<uint32_t>(q >> 27));
-  if (leader) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(&mass[bin]),
-              (static_cast<unsigned long long>(hi) << 27) + static_cast<unsigned long long>(lo));
+  unsigned left = __activemask();
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int round = 0; round < 2; ++round) {
+    const int leader = __ffs(left) - 1;
+    const int leader_bin = __shfl_sync(left, bin, leader);
+    const unsigned peers = __ballot_sync(left, bin == leader_bin);
+    if (bin == leader_bin) {
+      if (lane == leader) atomicAdd(&count[bin], static_cast<uint32_t>(__popc(peers)));
+      if (with_mass) {
+        const uint32_t lo = __reduce_add_sync(peers, static_cast<uint32_t>(q & ((1u << 27) - 1)));
+        const uint32_t hi = __reduce_add_sync(peers, static_cast<uint32_t>(q >> 27));
+        if (lane == leader) {
+          atomicAdd(reinterpret_cast<unsigned long long*>(&mass[bin]),
+                    (static_cast<unsigned long long>(hi) << 27) + static_cast<unsigned long long>(lo));
+        }
+      }
+      return;
+    }
+    left &= ~peers;
   }
+  atomicAdd(&count[bin], 1u);
+  if (with_mass) atomicAdd(reinterpret_cast<unsigned long long*>(&mass[bin]), static_cast<unsigned long long>(q));
 }
 
 }  // namespace wrs::llm
