@@ -5,6 +5,8 @@ from typing import Optional, Union
 
 import torch
 
+from ._library import _C, direct_call
+
 _sample_llm = torch.ops.wrs.sample_llm.default
 _filter_logits = torch.ops.wrs.filter_logits.default
 _speculative_accept = torch.ops.wrs.speculative_accept.default
@@ -21,9 +23,12 @@ def _controls(op, temperature, top_k, top_p, min_p):
                                  ("min_p", min_p, 0.0)):
         if isinstance(value, torch.Tensor):
             kw[name] = value
+            kw[name + "_value"] = default
         elif value is not None:
+            kw[name] = None
             kw[name + "_value"] = int(value) if name == "top_k" else float(value)
         else:
+            kw[name] = None
             kw[name + "_value"] = default
     return kw
 
@@ -43,7 +48,7 @@ def _check_rows(op, x, logits, kw):
     names = []
     for name, ok in (("temperature", lambda t: (t >= 0) & torch.isfinite(t)), ("top_p", lambda t: (t > 0) & (t <= 1)),
                      ("min_p", lambda t: (t >= 0) & (t <= 1))):
-        if name in kw:
+        if kw.get(name) is not None:
             flags.append((~ok(kw[name].float())).any())
             names.append(f"{name} has an entry out of range")
     read = torch.stack(flags).tolist()
@@ -59,7 +64,13 @@ def _sample(op, x, num_samples, logits, kw, replacement, generator, seeds, retur
         _check_rows(op, x, logits, kw)
     mode = _LOGPROB_MODES[return_logprobs]
     if replacement or num_samples == 1:
-        tokens, lp = _sample_llm(x, num_samples, logits=logits, seeds=seeds, logprobs=mode, generator=generator, **kw)
+        if direct_call(x):
+            tokens, lp = _C.sample_llm(x, num_samples, logits, kw["temperature"], kw["temperature_value"], kw["top_k"],
+                                       kw["top_k_value"], kw["top_p"], kw["top_p_value"], kw["min_p"],
+                                       kw["min_p_value"], seeds, mode, generator)
+        else:
+            tokens, lp = _sample_llm(x, num_samples, logits=logits, seeds=seeds, logprobs=mode, generator=generator,
+                                     **kw)
         return (tokens, lp) if mode else tokens
     # Without replacement: the Gumbel top-k race over the filtered logits (one read back).
     if seeds is not None:
@@ -69,7 +80,9 @@ def _sample(op, x, num_samples, logits, kw, replacement, generator, seeds, retur
     tokens = _sample_logits_op(filtered, num_samples, replacement=False, generator=generator)
     if not mode:
         return tokens
-    scaled = filtered if mode == 1 else (base / kw["temperature_value"] if "temperature_value" in kw else base)
+    t = kw["temperature"] if kw["temperature"] is not None else kw["temperature_value"]
+    t = t.reshape(*base.shape[:-1], 1) if isinstance(t, torch.Tensor) else t
+    scaled = filtered if mode == 1 else base / t
     return tokens, torch.log_softmax(scaled.float(), -1).gather(-1, tokens)
 
 
@@ -236,7 +249,8 @@ def filter_logits(
     out = _filter_logits(logits, **kw)
     if not (logits.requires_grad and torch.is_grad_enabled()):
         return out
-    t = kw["temperature"].reshape(*logits.shape[:-1], 1) if "temperature" in kw else kw["temperature_value"]
+    t = kw["temperature"] if kw["temperature"] is not None else kw["temperature_value"]
+    t = t.reshape(*logits.shape[:-1], 1) if isinstance(t, torch.Tensor) else t
     t = torch.where(torch.as_tensor(t, device=logits.device) == 0, 1.0, t)
     return torch.where(out == float("-inf"), out, logits / t).where(~out.isnan(), out)
 

@@ -203,7 +203,8 @@ at::Tensor filter_logits_cpu(const at::Tensor& logits, const std::optional<at::T
 
 // Speculative decoding (the law in speculative_accept's schema comment, ops.cpp): row b's
 // acceptance uniforms are words of blocks offset / 4 + 1 + s / 4 of subsequence b * quads;
-// the residual or bonus draw races as sample_llm's row b (block offset / 4).
+// the residual or bonus draw inverts its cumulative weights in row order at words 0 and 1
+// of block offset / 4 (as speculative_cuda.cu).
 template <typename scalar_t, typename token_t>
 void speculative_rows(const scalar_t* draft, const token_t* draft_tokens, const scalar_t* target, int64_t b_count,
                       int64_t s_count, int64_t v, const PhiloxSeed& seed, int64_t* out, int64_t* accepted) {
@@ -229,23 +230,31 @@ void speculative_rows(const scalar_t* draft, const token_t* draft_tokens, const 
         const float q = static_cast<float>(q_row[i]);
         return residual ? std::max(0.0f, q - static_cast<float>(p_row[i])) : q;
       };
+      auto positive_weight = [&](int64_t i, bool res) {
+        const float w = weight(i, res);
+        return w > 0.0f && w <= std::numeric_limits<float>::max() ? w : 0.0f;
+      };
       bool residual = p_row != nullptr;
       if (residual) {
         bool any = false;
-        for (int64_t i = 0; i < v && !any; ++i) any = weight(i, true) > 0.0f;
+        for (int64_t i = 0; i < v && !any; ++i) any = positive_weight(i, true) > 0.0f;
         residual = any;
       }
-      float best = -std::numeric_limits<float>::infinity();
-      int64_t token = 0;
-      int64_t quad = -1;
-      at::detail::UINT4 words{};
-      for (int64_t i = 0; i < v; ++i) {
-        const float w = weight(i, residual);
-        if (!(w > 0.0f) || w > std::numeric_limits<float>::max()) continue;
-        if (i / 4 != quad) quad = i / 4, words = philox_block(seed, subsequence(b, quads, i));
-        const float key = race_key(std::log(w), words[i % 4]);
-        if (key > best) best = key, token = i;
+      // Inverse CDF in row order at a 53-bit uniform point (words 0 and 1 of block offset / 4).
+      double total = 0.0;
+      for (int64_t i = 0; i < v; ++i) total += positive_weight(i, residual);
+      const auto words = philox_block(seed, subsequence(b, quads, 0));
+      const double point = static_cast<double>(((static_cast<uint64_t>(words[1]) << 32) | words[0]) >> 11) *
+                           0x1.0p-53 * total;
+      int64_t token = -1, last = 0;
+      double cum = 0.0;
+      for (int64_t i = 0; i < v && token < 0; ++i) {
+        const float w = positive_weight(i, residual);
+        if (w > 0.0f) last = i;
+        cum += w;
+        if (w > 0.0f && point < cum) token = i;
       }
+      if (token < 0) token = last;
       out[b * (s_count + 1) + acc] = token;
     }
   });

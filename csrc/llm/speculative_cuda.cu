@@ -1,6 +1,7 @@
 // CUDA kernel of speculative_accept (the law in llm_cpu.cpp's speculative_rows, which this
 // follows draw for draw): a block per row; one thread walks the drafts' acceptance tests,
-// then the block races the residual max(0, q - p) (or the bonus row) for the last token.
+// then the block draws the last token by inverse CDF of the residual max(0, q - p) (or of
+// the bonus row), in row order, stopping at the tile that holds the point.
 #include "common/philox_cuda.cuh"
 #include "llm/llm_ops.h"
 
@@ -9,6 +10,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 #include <torch/library.h>
 
 namespace wrs::llm {
@@ -16,24 +18,17 @@ namespace {
 
 constexpr int kSpecThreads = 256;
 
-struct Best {
-  float key;
-  int64_t index;
-};
-struct BestOf {
-  __device__ Best operator()(const Best& a, const Best& b) const {
-    return (b.key > a.key || (b.key == a.key && b.index < a.index)) ? b : a;
-  }
-};
-
 template <typename scalar_t, typename token_t>
 __global__ void __launch_bounds__(kSpecThreads) speculative_kernel(const scalar_t* draft, const token_t* draft_tokens,
                                                                    const scalar_t* target, int64_t s_count, int64_t v,
                                                                    at::PhiloxCudaState philox, int64_t* out,
                                                                    int64_t* accepted) {
-  __shared__ typename cub::BlockReduce<Best, kSpecThreads>::TempStorage reduce;
-  __shared__ int64_t acc_shared;
-  __shared__ Best best_shared;
+  __shared__ union {
+    typename cub::BlockReduce<double, kSpecThreads>::TempStorage sum;
+    typename cub::BlockScan<double, kSpecThreads>::TempStorage scan;
+  } reduce;
+  __shared__ int64_t acc_shared, token_shared;
+  __shared__ double total_shared;
   const int64_t b = blockIdx.x;
   const PhiloxSeed seed = philox_seed(philox);
   const int64_t quads = (v + 3) / 4;
@@ -58,33 +53,63 @@ __global__ void __launch_bounds__(kSpecThreads) speculative_kernel(const scalar_
   }
   const scalar_t* q_row = target + (b * (s_count + 1) + acc) * v;
   const scalar_t* p_row = acc < s_count ? draft + (b * s_count + acc) * v : nullptr;
-  for (int attempt = p_row ? 0 : 1; attempt < 2; ++attempt) {  // 0: the residual, 1: the target row
-    Best mine{-INFINITY, INT64_MAX};
-    for (int64_t quad = threadIdx.x; quad < quads; quad += kSpecThreads) {
-      uint4 w4{};
-      bool drawn = false;
-      for (int h = 0; h < 4 && 4 * quad + h < v; ++h) {
-        const int64_t i = 4 * quad + h;
-        const float q = static_cast<float>(q_row[i]);
-        const float w = attempt == 0 ? fmaxf(0.0f, q - static_cast<float>(p_row[i])) : q;
-        if (!(w > 0.0f) || w > 3.402823466e38f) continue;
-        if (!drawn) w4 = philox_block_at(seed.seed, seed.offset / 4, subsequence(b, quads, i)), drawn = true;
-        const uint32_t bits = h == 0 ? w4.x : h == 1 ? w4.y : h == 2 ? w4.z : w4.w;
-        const float key = race_key(__logf(w), bits);
-        if (key > mine.key) mine = Best{key, i};
-      }
-    }
-    const Best best = cub::BlockReduce<Best, kSpecThreads>(reduce).Reduce(mine, BestOf());
-    if (threadIdx.x == 0) best_shared = best;
+  auto weight = [&](int64_t i, bool residual) {
+    const float q = static_cast<float>(q_row[i]);
+    const float w = residual ? fmaxf(0.0f, q - static_cast<float>(p_row[i])) : q;
+    return w > 0.0f && w <= 3.402823466e38f ? w : 0.0f;
+  };
+  // The residual's total (the target row's where the residual is all zero), then the
+  // inverse CDF at a 53-bit uniform point, tile by tile in row order.
+  double total = 0.0;
+  bool residual = p_row != nullptr;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    double mine = 0.0;
+    for (int64_t i = threadIdx.x; i < v; i += kSpecThreads) mine += weight(i, residual);
+    total = cub::BlockReduce<double, kSpecThreads>(reduce.sum).Sum(mine);
+    if (threadIdx.x == 0) total_shared = total;
     __syncthreads();
-    if (best_shared.index != INT64_MAX || attempt == 1) {
-      if (threadIdx.x == 0) {
-        out[b * (s_count + 1) + acc] = best_shared.index == INT64_MAX ? 0 : best_shared.index;
-        accepted[b] = acc;
-      }
-      return;
+    total = total_shared;
+    __syncthreads();
+    if (total > 0.0 || !residual) break;
+    residual = false;
+  }
+  const uint4 w4 = philox_block_at(seed.seed, seed.offset / 4, subsequence(b, quads, 0));
+  const double point = static_cast<double>(((static_cast<uint64_t>(w4.y) << 32) | w4.x) >> 11) * 0x1.0p-53 * total;
+  if (threadIdx.x == 0) token_shared = -1;
+  double before_tile = 0.0;
+  for (int64_t tile = 0; tile < v; tile += kSpecThreads * 4) {
+    float w[4];
+    double sum = 0.0;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const int64_t i = tile + 4 * threadIdx.x + h;
+      w[h] = i < v ? weight(i, residual) : 0.0f;
+      sum += w[h];
     }
-    __syncthreads();  // `reduce` and best_shared are used again
+    double before = 0.0, tile_total = 0.0;
+    cub::BlockScan<double, kSpecThreads>(reduce.scan).ExclusiveSum(sum, before, tile_total);
+    double cum = before_tile + before;
+    if (point >= cum && point < cum + sum) {
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        cum += w[h];
+        if (token_shared < 0 && w[h] > 0.0f && point < cum) {
+          token_shared = tile + 4 * threadIdx.x + h;
+          break;
+        }
+      }
+    }
+    before_tile += tile_total;
+    __syncthreads();
+    if (token_shared >= 0) break;
+  }
+  if (threadIdx.x == 0) {
+    // Float64 rounding can leave the point past the last range (probability ~2^-50): the
+    // last item of positive weight then.
+    int64_t token = token_shared;
+    for (int64_t i = v - 1; token < 0 && i >= 0; --i) token = weight(i, residual) > 0.0f ? i : -1;
+    out[b * (s_count + 1) + acc] = token < 0 ? 0 : token;
+    accepted[b] = acc;
   }
 }
 

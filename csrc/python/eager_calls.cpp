@@ -1,4 +1,5 @@
-// torch_wrs._C as a Python module: direct bindings of the drop-ins for eager calls.
+// torch_wrs._C as a Python module: direct bindings of the drop-ins and of the LLM sampler
+// for eager calls.
 //
 // A call through torch.ops parses its arguments against the schema, boxed: about 0.6 us
 // per call on the CI machine's CPU, which is most of a small call (torch.multinomial of 4
@@ -21,6 +22,11 @@ using SampleLogitsFn = at::Tensor(const at::Tensor&, int64_t, double, bool, std:
 using StandardGammaFn = at::Tensor(const at::Tensor&, c10::string_view, bool, bool, std::optional<at::Generator>);
 using DirichletFn = at::Tensor(const at::Tensor&, bool, std::optional<at::Generator>);
 using BetaFn = at::Tensor(const at::Tensor&, const at::Tensor&, bool, std::optional<at::Generator>);
+using OptTensor = std::optional<at::Tensor>;
+using SampleLlmFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_t, bool, const OptTensor&, double,
+                                                       const OptTensor&, int64_t, const OptTensor&, double,
+                                                       const OptTensor&, double, const OptTensor&, int64_t,
+                                                       std::optional<at::Generator>);
 
 at::Tensor multinomial(const at::Tensor& input, int64_t num_samples, bool replacement,
                        std::optional<at::Generator> generator) {
@@ -58,6 +64,18 @@ at::Tensor beta(const at::Tensor& a, const at::Tensor& b, bool validate, std::op
   return op.call(a, b, validate, std::move(generator));
 }
 
+std::tuple<at::Tensor, at::Tensor> sample_llm(const at::Tensor& input, int64_t num_samples, bool logits,
+                                              const OptTensor& temperature, double temperature_value,
+                                              const OptTensor& top_k, int64_t top_k_value, const OptTensor& top_p,
+                                              double top_p_value, const OptTensor& min_p, double min_p_value,
+                                              const OptTensor& seeds, int64_t logprobs,
+                                              std::optional<at::Generator> generator) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("wrs::sample_llm", "").typed<SampleLlmFn>();
+  const py::gil_scoped_release no_gil;
+  return op.call(input, num_samples, logits, temperature, temperature_value, top_k, top_k_value, top_p, top_p_value,
+                 min_p, min_p_value, seeds, logprobs, std::move(generator));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -68,4 +86,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("standard_gamma", &standard_gamma);
   m.def("dirichlet", &dirichlet);
   m.def("beta", &beta);
+  m.def("sample_llm", &sample_llm);
 }
