@@ -91,8 +91,7 @@ constexpr Partial kEmpty{-INFINITY, INT64_MAX, -INFINITY, 0.0f, 0};
 
 // Shared memory; a resident row's values follow it (kResident floats, at kValsOffset).
 struct Shared {
-  uint32_t local_count[kBins];
-  uint64_t local_mass[kBins];
+  LocalHistogram local;
   uint32_t l1_count[kBins];  // level 1, summed over the cluster
   uint64_t l1_mass[kBins];
   uint32_t count[kBins];  // levels 2 and 3
@@ -113,6 +112,7 @@ struct Shared {
 };
 
 constexpr size_t kValsOffset = (sizeof(Shared) + 15) / 16 * 16;
+static_assert(kValsOffset + kResident * sizeof(float) <= 227 * 1024, "a resident CTA's shared memory is over 227 KB");
 
 template <typename scalar_t>
 struct alignas(4 * sizeof(scalar_t)) Quad {
@@ -203,12 +203,16 @@ __device__ Partial cluster_partial(Shared& sh, const Partial& mine, cg::cluster_
 template <bool kLogits, typename scalar_t>
 __device__ void histogram_pass(Shared& sh, const Row<kLogits, scalar_t>& row, int level, uint32_t prefix,
                                uint32_t floor, uint32_t* count, uint64_t* mass, cg::cluster_group& cluster) {
-  for (int b = threadIdx.x; b < kBins; b += kThreads) sh.local_count[b] = 0, sh.local_mass[b] = 0;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+    sh.local.count[b] = 0;
+    sh.local.part[0][b] = sh.local.part[1][b] = sh.local.part[2][b] = 0;
+  }
   __syncthreads();
+  const bool wide = !row.resident;
   row.each([&](int64_t, float y) {
     const uint32_t key = order_key(y);
     if (key < floor || !in_prefix(key, level, prefix)) return;
-    histogram_add(sh.local_count, sh.local_mass, bin_of(key, level), row.q(y), row.need_mass);
+    histogram_add(sh.local, bin_of(key, level), row.q(y), row.need_mass, wide);
   });
   cluster.sync();
   for (int b = threadIdx.x; b < kBins; b += kThreads) {
@@ -216,8 +220,8 @@ __device__ void histogram_pass(Shared& sh, const Row<kLogits, scalar_t>& row, in
     uint64_t m = 0;
     for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
       const Shared* other = cluster.map_shared_rank(&sh, r);
-      c += other->local_count[b];
-      m += other->local_mass[b];
+      c += other->local.count[b];
+      m += other->local.mass(b, wide);
     }
     count[b] = c, mass[b] = m;
   }
@@ -510,16 +514,9 @@ void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
 }
 
-// Whether a call may take a control (any per-row tensor, or a scalar control set).
-bool has_controls(const Call& call) {
-  const Controls& c = call.controls;
-  return c.temperature || c.top_k || c.top_p || c.min_p || c.temperature_value == 0.0f ||
-         (c.top_k_value > 0 && c.top_k_value < call.v) || c.top_p_value < 1.0f || c.min_p_value > 0.0f;
-}
-
 template <typename scalar_t>
 void run(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, scalar_t* filtered) {
-  const bool resident = (filtered != nullptr || has_controls(call)) && fits_resident(call.v);
+  const bool resident = fits_resident(call.v);
   Args<scalar_t> a{call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs,
                    mass_bits(call.v), tokens, logprobs, filtered, resident};
   const int cluster = cluster_size(call.rows, call.v, resident);

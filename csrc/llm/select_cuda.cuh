@@ -75,11 +75,23 @@ __device__ inline Boundary find_boundary(const uint32_t* count, const uint64_t* 
   return *out;
 }
 
-// Adds one item (bin, q) to a histogram. The lanes that share the first active lane's bin
-// add together, then those of the next (the tail of a vocabulary fills a few bins, which
-// would serialize the atomics); the rest add alone. q < 2^41 is summed as 27 low and 14
-// high bits, whose 32-lane sums fit 32 bits.
-__device__ inline void histogram_add(uint32_t* count, uint64_t* mass, int bin, uint64_t q, bool with_mass) {
+// A CTA's own histogram. Masses are added as three 14-bit parts with 32-bit atomics (q <
+// 2^41; a resident share of at most 2^15 items keeps each part's sum below 2^32); a
+// streaming share may hold more items and adds whole 64-bit masses instead.
+struct LocalHistogram {
+  uint32_t count[kBins];
+  uint32_t part[3][kBins];  // or, streaming, uint64_t mass[kBins] in the same bytes
+  __device__ uint64_t* wide() { return reinterpret_cast<uint64_t*>(&part[0][0]); }
+  __device__ uint64_t mass(int b, bool wide_mass) const {
+    if (wide_mass) return reinterpret_cast<const uint64_t*>(&part[0][0])[b];
+    return part[0][b] + (static_cast<uint64_t>(part[1][b]) << 14) + (static_cast<uint64_t>(part[2][b]) << 28);
+  }
+};
+
+// Adds one item (bin, q). The lanes that share the first active lane's bin add together,
+// then those of the next (the tail of a vocabulary fills a few bins, which would serialize
+// the atomics); the rest add alone.
+__device__ inline void histogram_add(LocalHistogram& h, int bin, uint64_t q, bool with_mass, bool wide_mass) {
   unsigned left = __activemask();
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -88,21 +100,29 @@ __device__ inline void histogram_add(uint32_t* count, uint64_t* mass, int bin, u
     const int leader_bin = __shfl_sync(left, bin, leader);
     const unsigned peers = __ballot_sync(left, bin == leader_bin);
     if (bin == leader_bin) {
-      if (lane == leader) atomicAdd(&count[bin], static_cast<uint32_t>(__popc(peers)));
-      if (with_mass) {
-        const uint32_t lo = __reduce_add_sync(peers, static_cast<uint32_t>(q & ((1u << 27) - 1)));
-        const uint32_t hi = __reduce_add_sync(peers, static_cast<uint32_t>(q >> 27));
-        if (lane == leader) {
-          atomicAdd(reinterpret_cast<unsigned long long*>(&mass[bin]),
-                    (static_cast<unsigned long long>(hi) << 27) + static_cast<unsigned long long>(lo));
-        }
+      if (lane == leader) atomicAdd(&h.count[bin], static_cast<uint32_t>(__popc(peers)));
+      if (!with_mass) return;
+      if (wide_mass) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(h.wide() + bin), static_cast<unsigned long long>(q));
+        return;
+      }
+#pragma unroll
+      for (int j = 0; j < 3; ++j) {
+        const uint32_t sum = __reduce_add_sync(peers, static_cast<uint32_t>((q >> (14 * j)) & 0x3fffu));
+        if (lane == leader) atomicAdd(&h.part[j][bin], sum);
       }
       return;
     }
     left &= ~peers;
   }
-  atomicAdd(&count[bin], 1u);
-  if (with_mass) atomicAdd(reinterpret_cast<unsigned long long*>(&mass[bin]), static_cast<unsigned long long>(q));
+  atomicAdd(&h.count[bin], 1u);
+  if (!with_mass) return;
+  if (wide_mass) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(h.wide() + bin), static_cast<unsigned long long>(q));
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 3; ++j) atomicAdd(&h.part[j][bin], static_cast<uint32_t>((q >> (14 * j)) & 0x3fffu));
 }
 
 }  // namespace wrs::llm
