@@ -340,3 +340,17 @@ def test_seeded_draws_match_cpu():
         a = torch_wrs.sample_logits(x, 3, seeds=seeds, **kw)
         b = torch_wrs.sample_logits(x.cuda(), 3, seeds=seeds.cuda(), **kw).cpu()
         assert (a == b).double().mean() > 0.99, kw
+
+
+def test_example_runs_on_cpu():
+    """examples/llm_sampling.py end to end at a small size (the decode loop a user copies)."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, os.path.join(root, "examples", "llm_sampling.py"), "--device", "cpu",
+                          "--hidden", "64", "--vocab", "3000", "--steps", "2", "--batch", "2", "--speculative", "2"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, out.stderr
+    assert "torch_wrs" in out.stdout and "speculative, B = 2, S = 2" in out.stdout
