@@ -506,7 +506,7 @@ void normalise_log_rows(const at::Tensor& log_g, at::Tensor& out, int64_t rows, 
 // invalid rows. It replaced at::softmax plus a check pass (0.2 ms at 65,536 x 1,000) and,
 // before that, a fused warp-per-row kernel that generated the gammas in the row's warp:
 // its float64 log-sum-exp and per-row tails cost more than the second pass (H100,
-// docs/benchmarks.md, sessions 13 and 14).
+// docs/benchmarks.md).
 at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
   constexpr const char* kOp = "dirichlet";
   check_floating(concentration, kOp, "concentration");

@@ -68,7 +68,7 @@ constexpr int64_t kMaxTopK = 64;
 void draw_topk(const DrawCall& call);
 // The same draws in two passes over long rows: each chunk's largest key first; then only
 // the k chunks with the largest, which hold the top k. Where it serves, measured against
-// one pass on an H100 (us, one pass -> two passes; docs/benchmarks.md, session 19):
+// one pass on an H100 (us, one pass -> two passes; docs/benchmarks.md):
 //
 // | rows        | input         | draws         | items per row      | why                              |
 // | ----------- | ------------- | ------------- | ------------------ | -------------------------------- |
@@ -106,8 +106,8 @@ void draw_two_pass_topk(const DrawCall& call);
 // keys of the few items that could reach it (floor_topk_cuda.cu). No lists: 56 registers
 // and one read of the row, where one pass keeps 64-key lists in 128 registers and two
 // passes read most of a row twice when k chunks are most of it. Where it serves, against
-// what served before it (H100, bfloat16, us, before -> floor; docs/benchmarks.md, session
-// 20; torch.multinomial in brackets):
+// what served before it (H100, bfloat16, us, before -> floor; docs/benchmarks.md;
+// torch.multinomial in brackets):
 //
 // | items per row   | rows   | why                                                      |
 // | --------------- | ------ | -------------------------------------------------------- |

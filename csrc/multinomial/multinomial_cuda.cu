@@ -98,8 +98,8 @@ namespace {
 // One draw without replacement is one draw with it, so k = 1 takes the with-replacement
 // rows, and one draw may take the race (laws.h: its law is within 2^-49 of the exact one
 // in total variation, the quantized law's within 2^-33). Thresholds are measured
-// (docs/benchmarks.md: the sweep, and session 15's race against the inverse CDF and the
-// warp top-k, in one process on an H100).
+// (docs/benchmarks.md: the sweep, and the race against the inverse CDF and the warp
+// top-k, in one process on an H100).
 enum class Method {
   kWarpRows,
   kRace,

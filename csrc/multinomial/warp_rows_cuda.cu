@@ -24,7 +24,7 @@ constexpr int64_t kMaxShortRowDraws = int64_t{1} << 18;  // and per call
 constexpr int64_t kOwnerSearches = 8;  // samples a row up to which owners search their registers
 
 // How a row's draws find their items, by the call (H100, us a call, in one process, held
-// units / lane bounds; docs/benchmarks.md, session 28):
+// units / lane bounds; docs/benchmarks.md):
 //
 // | samples | items in  | row    | method | why                                          |
 // | a row   | the call  | length |        |                                              |
