@@ -3,8 +3,6 @@
 // keys are searched by radix levels of 11, 11 and 10 bits; a level's histogram holds the
 // count and the exact integer mass of the items in each bin; the boundary bin is where a
 // predicate (count >= k, or mass >= ceil(p M)) first holds, counting from the top.
-// Histogram updates are aggregated per warp (the lanes of one bin add once): the tail of a
-// vocabulary falls into a few bins, which would otherwise serialize the atomics.
 #include <cub/block/block_scan.cuh>
 
 #include <cstdint>
@@ -88,41 +86,19 @@ struct LocalHistogram {
   }
 };
 
-// Adds one item (bin, q). The lanes that share the first active lane's bin add together,
-// then those of the next (the tail of a vocabulary fills a few bins, which would serialize
-// the atomics); the rest add alone.
+// Adds one item (bin, q) with plain shared-memory atomics: aggregating a warp's lanes by
+// bin (ballots, shuffles, reductions) cost more issue slots than the atomics' conflicts
+// (docs/llm.md, "Where the time goes").
 __device__ inline void histogram_add(LocalHistogram& h, int bin, uint64_t q, bool with_mass, bool wide_mass) {
-  unsigned left = __activemask();
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int round = 0; round < 2; ++round) {
-    const int leader = __ffs(left) - 1;
-    const int leader_bin = __shfl_sync(left, bin, leader);
-    const unsigned peers = __ballot_sync(left, bin == leader_bin);
-    if (bin == leader_bin) {
-      if (lane == leader) atomicAdd(&h.count[bin], static_cast<uint32_t>(__popc(peers)));
-      if (!with_mass) return;
-      if (wide_mass) {
-        atomicAdd(reinterpret_cast<unsigned long long*>(h.wide() + bin), static_cast<unsigned long long>(q));
-        return;
-      }
-#pragma unroll
-      for (int j = 0; j < 3; ++j) {
-        const uint32_t sum = __reduce_add_sync(peers, static_cast<uint32_t>((q >> (14 * j)) & 0x3fffu));
-        if (lane == leader) atomicAdd(&h.part[j][bin], sum);
-      }
-      return;
-    }
-    left &= ~peers;
-  }
   atomicAdd(&h.count[bin], 1u);
   if (!with_mass) return;
   if (wide_mass) {
     atomicAdd(reinterpret_cast<unsigned long long*>(h.wide() + bin), static_cast<unsigned long long>(q));
     return;
   }
-#pragma unroll
-  for (int j = 0; j < 3; ++j) atomicAdd(&h.part[j][bin], static_cast<uint32_t>((q >> (14 * j)) & 0x3fffu));
+  atomicAdd(&h.part[0][bin], static_cast<uint32_t>(q & 0x3fffu));
+  atomicAdd(&h.part[1][bin], static_cast<uint32_t>((q >> 14) & 0x3fffu));
+  atomicAdd(&h.part[2][bin], static_cast<uint32_t>(q >> 28));
 }
 
 }  // namespace wrs::llm
