@@ -246,7 +246,7 @@ def test_direct_binding_is_the_operator(device):
         b = torch.ops.wrs.multinomial(w, k, replacement, generator=torch.Generator(device).manual_seed(4))
         assert torch.equal(a, b)
     a = torch_wrs.sample_logits(w.log(), 3, temperature=0.7, generator=torch.Generator(device).manual_seed(4))
-    b = torch.ops.wrs.sample_logits(w.log(), 3, temperature=0.7, generator=torch.Generator(device).manual_seed(4))
+    b, _ = torch.ops.wrs.sample_llm(w.log(), 3, temperature_value=0.7, generator=torch.Generator(device).manual_seed(4))
     assert torch.equal(a, b)
     with pytest.raises(RuntimeError, match="^multinomial: cannot sample num_samples <= 0 samples, got 0$"):
         torch_wrs.multinomial(w, 0, True)
@@ -254,7 +254,7 @@ def test_direct_binding_is_the_operator(device):
     with RecordingMode() as seen:
         torch_wrs.multinomial(w, 2, True)
         torch_wrs.sample_logits(w, 2)
-    assert seen.calls == [torch.ops.wrs.multinomial.default, torch.ops.wrs.sample_logits.default]
+    assert seen.calls == [torch.ops.wrs.multinomial.default, torch.ops.wrs.sample_llm.default]
 
 
 def test_compile_of_the_python_function(device):
