@@ -22,7 +22,7 @@ Corpora: the UCI bag-of-words format (--docword docword.X.txt --vocab vocab.X.tx
 NYTimes and PubMed ship), plain text with one document per paragraph (--text; the
 public-domain tests/data/state_of_the_union_2023.txt is the small real one), or a
 synthetic corpus drawn from the LDA model itself with known topics and a Zipf vocabulary
-(--synthetic small|medium|nytimes; the default, since these machines have no internet).
+(--synthetic small|medium|nytimes; the default, which needs no download).
 At the end: the top words per topic, on synthetic data the topic-recovery score against
 the planted topics, and with --plot a PNG of the log-likelihood per token against time
 and against sweeps for the samplers run.
@@ -596,8 +596,9 @@ def main():
         if device.type == "cuda":
             say(f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB (rank 0)")
 
+    target = "time to target ll" if args.target is None else f"time to ll {args.target}"
     say(f"\n| sampler | GPUs/ranks | tokens/s (median of iterations 10+) | log-likelihood per token | "
-        f"time to ll {args.target} | topic recovery |")
+        f"{target} | topic recovery |")
     say("| --- | ---: | ---: | ---: | ---: | ---: |")
     for sampler, (model, history, rate) in results.items():
         recovery = "n/a"

@@ -723,8 +723,13 @@ def main():
                         help="`distributed`: the table no GPU holds alone (0: skip)")
     parser.add_argument("--quick", action="store_true", help="`llm`: a few rows and vocabularies only")
     args = parser.parse_args()
+    cpu_tables = ("sweep", "gamma-sweep")
+    if args.device == "cpu" and args.what not in cpu_tables:
+        raise SystemExit(f"torch_wrs.benchmark {args.what} runs on CUDA only; on the CPU: "
+                         f"{' / '.join(cpu_tables)} --device cpu")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("torch_wrs.benchmark needs a CUDA device (or: sweep / gamma-sweep --device cpu)")
+        raise SystemExit(f"torch_wrs.benchmark {args.what} needs a CUDA device (on the CPU: "
+                         f"{' / '.join(cpu_tables)} --device cpu)")
     if args.what == "distributed":
         from .benchmark_distributed import run
 
