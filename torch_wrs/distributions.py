@@ -48,13 +48,25 @@ class Gamma(td.Gamma):
         return value
 
 
+def _clamp_unit(value):
+    """As torch's Dirichlet and Beta: samples in [tiny, 1 - eps], so log_prob of any sample
+    is finite (the exact tails stay available from torch_wrs.dirichlet / beta, or in log
+    space from standard_gamma(log=True)). With a gradient the clamp adds a constant, so the
+    reparameterised gradient is that of the unclamped sample."""
+    finfo = torch.finfo(value.dtype)
+    if not value.requires_grad:
+        return value.clamp_(min=finfo.tiny, max=1 - finfo.eps)
+    kept = value.detach()
+    return value + (kept.clamp(min=finfo.tiny, max=1 - finfo.eps) - kept)
+
+
 class Dirichlet(td.Dirichlet):
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
-        return dirichlet(self.concentration.expand(shape), validate=False)
+        return _clamp_unit(dirichlet(self.concentration.expand(shape), validate=False))
 
 
 class Beta(td.Beta):
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
-        return beta(self.concentration1.expand(shape), self.concentration0.expand(shape), validate=False)
+        return _clamp_unit(beta(self.concentration1.expand(shape), self.concentration0.expand(shape), validate=False))
