@@ -6,7 +6,7 @@ import torch
 from torch import distributions as td
 
 from .gamma import beta, dirichlet, standard_gamma
-from .multinomial import multinomial, sample_logits
+from .multinomial import _categorical_logits, multinomial
 
 __all__ = ["Beta", "Categorical", "Dirichlet", "Gamma", "OneHotCategorical"]
 
@@ -23,7 +23,7 @@ def _categorical_indices(cat, sample_shape):
         if "probs" in cat.__dict__:  # made from probs (or probs already computed)
             s = multinomial(cat.probs.reshape(-1, cat._num_events), draws, True)
         else:
-            s = sample_logits(cat.logits.reshape(-1, cat._num_events), draws)
+            s = _categorical_logits(cat.logits.reshape(-1, cat._num_events), draws)
     return s.T.reshape(shape)
 
 

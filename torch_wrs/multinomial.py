@@ -20,24 +20,46 @@ def multinomial(
     generator: Optional[torch.Generator] = None,
     out: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """Same contract as ``torch.multinomial``: ``input`` is 1-D ``[N]`` or 2-D ``[B, N]``
-    non-negative weights, the result is int64 ``[..., num_samples]`` of category indices
-    (written into ``out`` when given, as torch does). Raises ``RuntimeError`` with torch's
-    texts for ``num_samples <= 0``, ``num_samples > N`` without replacement, negative, inf
-    or NaN weights, a zero-sum row, and (without replacement) a row with fewer than
-    ``num_samples`` nonzero weights.
+    """Same contract as ``torch.multinomial``, without its 2**24-category limit, with
+    float64 sums, and capturable in CUDA graphs.
 
-    Unlike torch it has no 2**24-category limit and sums in float64. With replacement
-    every method samples the alias tables' quantized law (each probability within
-    ``2**-33 / N`` of ``w / W``, zero weights never drawn); without, the ``num_samples``
-    largest race keys ``w / E``, ``E ~ Exp(1)``, in decreasing order (the order sequential
-    draws would give). The method is chosen per shape (csrc/multinomial/multinomial_cuda.cu,
-    multinomial_cpu.cpp).
+    With replacement every method samples the alias tables' quantized law (each
+    probability within ``2**-33 / N`` of ``w / W``, zero weights never drawn); without, the
+    ``num_samples`` largest race keys ``w / E``, ``E ~ Exp(1)``, in decreasing order (the
+    order sequential draws would give). The method is chosen per shape
+    (``csrc/multinomial/multinomial_cuda.cu``, ``multinomial_cpu.cpp``).
 
-    On CUDA the value checks cost one 4-byte read back, skipped while the stream is
-    capturing a CUDA graph: under capture, invalid input (negative, NaN or inf weights,
-    zero-sum rows, too few nonzero weights) raises nothing and gives indices that are in
-    range but meaningless.
+    Parameters
+    ----------
+    input : Tensor
+        1-D ``[N]`` or 2-D ``[B, N]`` non-negative weights, any float dtype.
+    num_samples : int
+        Draws per row (at most ``N`` without replacement).
+    replacement : bool
+        Draw with replacement.
+    generator : torch.Generator, optional
+    out : Tensor, optional
+        int64 tensor to write the result into (resized as torch does).
+
+    Returns
+    -------
+    Tensor
+        int64 ``[..., num_samples]`` category indices.
+
+    Raises
+    ------
+    RuntimeError
+        With torch's texts, for ``num_samples <= 0``, ``num_samples > N`` without
+        replacement, negative, inf or NaN weights, a zero-sum row, and (without
+        replacement) a row with fewer than ``num_samples`` nonzero weights. On CUDA the
+        value checks cost one 4-byte read back, skipped while the stream is capturing a
+        CUDA graph: under capture invalid input raises nothing and gives indices that are
+        in range but meaningless.
+
+    Examples
+    --------
+    >>> idx = torch_wrs.multinomial(torch.rand(4, 1000), 8, replacement=True)
+    >>> perm = torch_wrs.multinomial(torch.ones(10), 10)   # a uniform permutation
     """
     if direct_call(input):
         result = _C.multinomial(input, num_samples, replacement, generator)
@@ -50,7 +72,7 @@ def multinomial(
     return out.copy_(result)
 
 
-def sample_logits(
+def _categorical_logits(
     logits: torch.Tensor,
     num_samples: int = 1,
     *,
@@ -58,7 +80,9 @@ def sample_logits(
     replacement: bool = True,
     generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
-    """Draws ``num_samples`` category indices per row from ``softmax(logits / temperature)``
+    """What ``distributions.Categorical`` draws from logits (``torch_wrs.sample_logits`` is the
+    public sampler, ``torch_wrs/llm.py``). Draws ``num_samples`` category indices per row from
+    ``softmax(logits / temperature)``
     over the last dimension, without writing the softmax: ``logits`` ``[..., V]`` of any
     float dtype gives int64 ``[..., num_samples]``.
 
@@ -78,12 +102,31 @@ def sample_logits(
 def multinomial_counts(
     weights: torch.Tensor, total_count: int, *, generator: Optional[torch.Generator] = None
 ) -> torch.Tensor:
-    """How many of ``total_count`` i.i.d. draws from ``w / W`` fall on each category, per row
-    of ``weights`` ``[..., M]`` (any float dtype): int64 ``[..., M]``, each row summing to
-    ``total_count``, without drawing the samples (what ``torch.distributions.Multinomial``
-    samples). Exact: category i takes Binomial(draws left, w_i / weight left) with exact
-    binomial deviates, in float64; zero weights get zero. Raises ``RuntimeError`` for
-    negative, NaN or inf weights and zero-sum rows (on CUDA with one 4-byte read back,
-    skipped under CUDA-graph capture, where such rows get all-zero counts).
+    """How many of ``total_count`` i.i.d. draws from ``w / W`` fall on each category, without
+    drawing them (what ``torch.distributions.Multinomial`` samples). Exact: category i takes
+    ``Binomial(draws left, w_i / weight left)`` with exact binomial deviates, in float64.
+
+    Parameters
+    ----------
+    weights : Tensor
+        ``[..., M]`` non-negative weights, any float dtype.
+    total_count : int
+        Draws per row.
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor
+        int64 ``[..., M]``, each row summing to ``total_count``; zero weights get zero.
+
+    Raises
+    ------
+    RuntimeError
+        For negative, NaN or inf weights and zero-sum rows (on CUDA with one 4-byte read
+        back, skipped under CUDA-graph capture, where such rows get all-zero counts).
+
+    Examples
+    --------
+    >>> counts = torch_wrs.multinomial_counts(torch.tensor([1.0, 2.0, 7.0]), 1000)
     """
     return _multinomial_counts(weights, total_count, generator=generator)
