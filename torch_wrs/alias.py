@@ -9,16 +9,35 @@ _BUCKET = 1 << 32
 
 
 def alias_table(weights: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
-    """Builds one alias table per row of ``weights`` (shape ``[..., N]``, any float dtype).
+    """Builds one alias table per row of ``weights`` in O(N) (PSA+ on CUDA, parallel PSA on
+    the CPU). Each weight is represented to within half of ``2**-32 / N`` in probability.
 
-    Returns an int64 tensor of the same shape: bucket ``k`` holds a 32-bit threshold in
-    its low half and an alias index in its high half. Each weight is represented to
-    within half of ``2**-32 / N`` in probability.
+    Parameters
+    ----------
+    weights : Tensor
+        ``[..., N]`` non-negative weights, any float dtype, any strides.
+    validate : bool
+        Raise for negative, NaN or inf weights and rows summing to zero. On CUDA that reads
+        one word back (a sync); pass ``False`` inside CUDA graphs or hot loops. Invalid input
+        then gives unspecified tables whose indices stay in range.
 
-    ``validate=True`` raises a RuntimeError for negative, NaN or inf weights and for rows
-    summing to zero. On CUDA that check reads one word back to the host (a sync); pass
-    ``validate=False`` inside CUDA graphs or hot loops whose input is known to be valid.
-    Invalid input with ``validate=False`` gives unspecified tables (indices stay in range).
+    Returns
+    -------
+    Tensor
+        int64 ``[..., N]``: bucket k holds a 32-bit threshold in its low half and an alias
+        index in its high half.
+
+    Raises
+    ------
+    RuntimeError
+        For a non-float or 0-d input, an empty last dimension, and (``validate=True``)
+        invalid weights.
+
+    Examples
+    --------
+    >>> table = torch_wrs.alias_table(torch.rand(8, 1000))
+    >>> torch_wrs.alias_sample(table, 4).shape
+    torch.Size([8, 4])
     """
     return torch.ops.wrs.alias_table(weights, validate=validate)
 
@@ -32,15 +51,41 @@ def alias_sample(
     dtype: Optional[torch.dtype] = None,
     generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
-    """Draws ``num_samples`` indices per row of ``table``: ``[..., num_samples]``, int64 by
-    default or ``dtype=torch.int32`` (half the bytes written).
+    """Draws ``num_samples`` indices per row of an alias table.
 
-    ``ordered=True`` gives i.i.d. draws in order. ``ordered=False`` gives the same multiset
-    law (the counts of each index are exactly multinomial) but the draws may come grouped
-    by table section, which is several times faster for tables beyond a few MB; shuffle
-    them if order matters to you. ``method`` forces a sampler: ``"baseline"``, or the
-    sectioned ``"cached"`` and ``"shared"`` (``ordered=False`` only); ``"auto"`` picks one
-    from the table size and the number of samples.
+    Parameters
+    ----------
+    table : Tensor
+        int64 ``[..., N]`` from :func:`alias_table`.
+    num_samples : int
+        Draws per row.
+    ordered : bool
+        ``True``: i.i.d. draws in order. ``False``: the same multiset law (the counts of each
+        index are exactly multinomial) but the draws may come grouped by table section,
+        several times faster for tables beyond a few MB; shuffle them if order matters.
+    method : str
+        ``"auto"`` (by table size and draws), ``"baseline"``, or the sectioned ``"cached"``
+        and ``"shared"`` (``ordered=False`` only).
+    dtype : torch.dtype, optional
+        ``torch.int64`` (default) or ``torch.int32`` (half the bytes written).
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor
+        ``[..., num_samples]`` indices in ``[0, N)``, whatever the table holds.
+
+    Raises
+    ------
+    RuntimeError
+        For a table that is not int64 or has no categories, ``num_samples < 0``, a ``dtype``
+        other than int64 / int32, an unknown method, or a sectioned method with
+        ``ordered=True``.
+
+    Examples
+    --------
+    >>> table = torch_wrs.alias_table(torch.tensor([1.0, 2.0, 7.0]))
+    >>> bag = torch_wrs.alias_sample(table, 1000, ordered=False)
     """
     return torch.ops.wrs.alias_sample(
         table, num_samples, ordered=ordered, method=method, dtype=dtype, generator=generator
@@ -48,7 +93,27 @@ def alias_sample(
 
 
 def alias_probs(table: torch.Tensor) -> torch.Tensor:
-    """The distribution a table encodes, reconstructed exactly (float64, ``[..., N]``)."""
+    """The distribution a table encodes, reconstructed exactly.
+
+    Parameters
+    ----------
+    table : Tensor
+        int64 ``[..., N]`` from :func:`alias_table`.
+
+    Returns
+    -------
+    Tensor
+        float64 ``[..., N]`` probabilities, each row summing to one.
+
+    Raises
+    ------
+    RuntimeError
+        For an index in the table outside ``[0, N)`` (from ``scatter_add_``).
+
+    Examples
+    --------
+    >>> p = torch_wrs.alias_probs(torch_wrs.alias_table(torch.tensor([1.0, 3.0])))
+    """
     n = table.shape[-1]
     threshold = (table & 0xFFFFFFFF).to(torch.float64)
     alias = table >> 32
@@ -62,9 +127,24 @@ def alias_probs(table: torch.Tensor) -> torch.Tensor:
 class AliasTable:
     """Alias tables for the rows of ``weights``: build once, sample many times.
 
+    Parameters
+    ----------
+    weights : Tensor
+        ``[..., N]`` non-negative weights (see :func:`alias_table`).
+    validate : bool
+        As in :func:`alias_table`.
+
+    Raises
+    ------
+    RuntimeError
+        As :func:`alias_table`.
+
+    Examples
+    --------
     >>> t = AliasTable(torch.tensor([1.0, 2.0, 7.0]))
     >>> t.sample(5).shape
     torch.Size([5])
+    >>> t.probs            # float64, what the table samples with
     """
 
     def __init__(self, weights: torch.Tensor, *, validate: bool = True, _table: Optional[torch.Tensor] = None):
