@@ -85,9 +85,32 @@ class RadixForest:
 def radix_forest(weights: torch.Tensor, cells: Optional[int] = None, *, validate: bool = True) -> RadixForest:
     """Builds one forest per row of ``weights``; see :class:`RadixForest`.
 
-    ``validate=True`` raises a RuntimeError for negative, NaN or inf weights and for rows
-    summing to zero; on CUDA that reads one word back to the host (pass ``False`` in CUDA
-    graphs). Zero weights are allowed and are never returned.
+    Parameters
+    ----------
+    weights : Tensor
+        ``[..., N]`` non-negative weights, any float dtype. Zero weights are allowed and are
+        never returned.
+    cells : int, optional
+        Guide-table cells, a power of two (default: the one at or above N).
+    validate : bool
+        Raise for negative, NaN or inf weights and rows summing to zero; on CUDA one word is
+        read back (pass ``False`` in CUDA graphs).
+
+    Returns
+    -------
+    RadixForest
+
+    Raises
+    ------
+    RuntimeError
+        For a non-float input, ``cells`` not a power of two, and (``validate=True``) invalid
+        weights.
+
+    Examples
+    --------
+    >>> f = torch_wrs.radix_forest(torch.rand(2, 1000))
+    >>> f.sample(4).shape
+    torch.Size([2, 4])
     """
     return RadixForest(weights, cells, validate=validate)
 
@@ -95,12 +118,36 @@ def radix_forest(weights: torch.Tensor, cells: Optional[int] = None, *, validate
 def inverse_cdf(
     forest: RadixForest, u: torch.Tensor, row: Optional[torch.Tensor] = None, *, validate: bool = True
 ) -> torch.Tensor:
-    """Maps uniforms ``u`` in [0, 1] (any float dtype) to int64 item indices, monotonically.
+    """Maps uniforms ``u`` in [0, 1] to item indices, monotonically: the largest i with
+    ``cdf[i] <= floor(u * 2**63)``, as a binary search would return.
 
-    One forest: ``u`` of any shape. A batch of forests ``[*batch, N]``: ``u`` of shape
-    ``[*batch, S]``, or any shape with ``row`` (same shape, int) naming the forest (index
-    into the flattened batch) of each ``u``. ``validate=True`` checks that u lies in
-    [0, 1] and rows are in range, with one host read.
+    Parameters
+    ----------
+    forest : RadixForest
+    u : Tensor
+        Any float dtype. One forest: any shape. A batch of forests ``[*batch, N]``: shape
+        ``[*batch, S]``, or any shape with ``row``.
+    row : Tensor, optional
+        Integer, the shape of ``u``: the forest (index into the flattened batch) of each u.
+    validate : bool
+        Check that u lies in [0, 1] and rows are in range, with one host read.
+
+    Returns
+    -------
+    Tensor
+        int64 indices, the shape of ``u``.
+
+    Raises
+    ------
+    RuntimeError
+        For shapes that do not match and (``validate=True``) u outside [0, 1] or a row out
+        of range.
+
+    Examples
+    --------
+    >>> f = torch_wrs.radix_forest(torch.tensor([1.0, 0.0, 3.0]))
+    >>> torch_wrs.inverse_cdf(f, torch.tensor([0.1, 0.5])).tolist()
+    [0, 2]
     """
     return torch.ops.wrs.inverse_cdf(forest.cdf, forest.guide, forest.nodes, u, row, validate=validate)
 
@@ -108,7 +155,28 @@ def inverse_cdf(
 def radix_forest_sample(
     forest: RadixForest, num_samples: int, *, generator: Optional[torch.Generator] = None
 ) -> torch.Tensor:
-    """``num_samples`` i.i.d. draws per forest: int64 ``[*batch, num_samples]`` (Philox uniforms, 63 bits)."""
+    """``num_samples`` i.i.d. draws per forest, from 63-bit Philox uniforms.
+
+    Parameters
+    ----------
+    forest : RadixForest
+    num_samples : int
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor
+        int64 ``[*batch, num_samples]``.
+
+    Raises
+    ------
+    RuntimeError
+        For ``num_samples < 0``.
+
+    Examples
+    --------
+    >>> idx = torch_wrs.radix_forest_sample(torch_wrs.radix_forest(torch.rand(100)), 10)
+    """
     return torch.ops.wrs.radix_forest_sample(forest.cdf, forest.guide, forest.nodes, num_samples, generator=generator)
 
 
@@ -117,6 +185,23 @@ class RadixForest2D:
     paper's image example: a forest over the row sums picks the row from ``u[..., 0]``,
     that row's conditional forest picks the column from ``u[..., 1]``. The map is monotone
     in each coordinate, so a 2-D low-discrepancy sequence stays well distributed.
+
+    Parameters
+    ----------
+    weights2d : Tensor
+        ``[rows, cols]`` non-negative weights.
+    validate : bool
+        As in :func:`radix_forest`.
+
+    Raises
+    ------
+    RuntimeError
+        For input that is not 2-D, and as :func:`radix_forest`.
+
+    Examples
+    --------
+    >>> f = RadixForest2D(torch.rand(64, 64))
+    >>> r, c = f.inverse_cdf(torch.quasirandom.SobolEngine(2).draw(1024))
     """
 
     def __init__(self, weights2d: torch.Tensor, *, validate: bool = True):
@@ -146,8 +231,33 @@ def sample_2d(
     u: Optional[torch.Tensor] = None,
     generator: Optional[torch.Generator] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(row, col) int64 indices from ``weights2d``: for the given uniforms ``u`` ([..., 2],
-    e.g. Sobol points) or for ``num_samples`` random ones. See :class:`RadixForest2D`."""
+    """(row, col) indices from ``weights2d`` by inversion (see :class:`RadixForest2D`).
+
+    Parameters
+    ----------
+    weights2d : Tensor
+        ``[rows, cols]`` non-negative weights.
+    num_samples : int, optional
+        Random uniforms to draw; exactly one of ``num_samples`` and ``u``.
+    u : Tensor, optional
+        ``[..., 2]`` uniforms, e.g. Sobol points.
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    (Tensor, Tensor)
+        int64 row and column indices.
+
+    Raises
+    ------
+    RuntimeError
+        Unless exactly one of ``num_samples`` and ``u`` is given, and as
+        :class:`RadixForest2D`.
+
+    Examples
+    --------
+    >>> rows, cols = torch_wrs.sample_2d(torch.rand(32, 32), 1000)
+    """
     forest = RadixForest2D(weights2d)
     if (u is None) == (num_samples is None):
         raise RuntimeError("sample_2d: pass exactly one of num_samples and u")
