@@ -28,11 +28,36 @@ def _categorical_indices(cat, sample_shape):
 
 
 class Categorical(td.Categorical):
+    """``torch.distributions.Categorical`` whose ``sample`` uses :func:`torch_wrs.multinomial`
+    (from probs) or the logits race (from logits, no softmax written).
+
+    Parameters, Returns, Raises
+        As ``torch.distributions.Categorical``: the same constructor, the same shapes, the
+        same errors; only the draws come from torch_wrs's kernels.
+
+    Examples
+    --------
+    >>> d = torch_wrs.distributions.Categorical(logits=torch.randn(4, 1000))
+    >>> d.sample((8,)).shape
+    torch.Size([8, 4])
+    """
+
     def sample(self, sample_shape=torch.Size()):
         return _categorical_indices(self, sample_shape)
 
 
 class OneHotCategorical(td.OneHotCategorical):
+    """``torch.distributions.OneHotCategorical`` sampled as :class:`Categorical`.
+
+    Parameters, Returns, Raises
+        As ``torch.distributions.OneHotCategorical``.
+
+    Examples
+    --------
+    >>> torch_wrs.distributions.OneHotCategorical(probs=torch.tensor([0.2, 0.8])).sample((3,)).shape
+    torch.Size([3, 2])
+    """
+
     def sample(self, sample_shape=torch.Size()):
         cat = self._categorical
         indices = _categorical_indices(cat, sample_shape)
@@ -40,6 +65,18 @@ class OneHotCategorical(td.OneHotCategorical):
 
 
 class Gamma(td.Gamma):
+    """``torch.distributions.Gamma`` whose ``rsample`` uses :func:`torch_wrs.standard_gamma`
+    (samples clamped to the smallest normal number, as torch's).
+
+    Parameters, Returns, Raises
+        As ``torch.distributions.Gamma``.
+
+    Examples
+    --------
+    >>> torch_wrs.distributions.Gamma(torch.tensor(0.01), torch.tensor(1.0)).rsample((5,)).shape
+    torch.Size([5])
+    """
+
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
         value = standard_gamma(self.concentration.expand(shape), validate=False) / self.rate.expand(shape)
@@ -61,12 +98,37 @@ def _clamp_unit(value):
 
 
 class Dirichlet(td.Dirichlet):
+    """``torch.distributions.Dirichlet`` whose ``rsample`` uses :func:`torch_wrs.dirichlet`,
+    clamped into ``[tiny, 1 - eps]`` as torch's.
+
+    Parameters, Returns, Raises
+        As ``torch.distributions.Dirichlet``.
+
+    Examples
+    --------
+    >>> d = torch_wrs.distributions.Dirichlet(torch.full((3,), 0.01))
+    >>> bool(torch.isfinite(d.log_prob(d.sample((100,)))).all())
+    True
+    """
+
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
         return _clamp_unit(dirichlet(self.concentration.expand(shape), validate=False))
 
 
 class Beta(td.Beta):
+    """``torch.distributions.Beta`` whose ``rsample`` uses :func:`torch_wrs.beta`, clamped into
+    ``[tiny, 1 - eps]`` as torch's.
+
+    Parameters, Returns, Raises
+        As ``torch.distributions.Beta``.
+
+    Examples
+    --------
+    >>> torch_wrs.distributions.Beta(torch.tensor(0.5), torch.tensor(0.5)).rsample((4,)).shape
+    torch.Size([4])
+    """
+
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
         return _clamp_unit(beta(self.concentration1.expand(shape), self.concentration0.expand(shape), validate=False))
