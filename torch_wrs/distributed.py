@@ -75,8 +75,24 @@ class ShardedAliasTable:
     Building is a collective: it gathers each shard's size, dtype, float64 total and value
     checks, and raises the same ``RuntimeError`` on every rank if any rank's input is bad.
 
+    Parameters
+    ----------
+    local_weights : Tensor
+        This rank's categories' weights: 1-D, non-negative, any float dtype and length.
+    group : ProcessGroup, optional
+        The ranks that share the table (default: the world). NCCL on GPUs, gloo on CPUs.
+
+    Raises
+    ------
+    RuntimeError
+        On every rank, if any rank's weights are not a 1-D float tensor, hold negative, NaN
+        or inf values, or the global total is zero, or the ranks' devices differ.
+
+    Examples
+    --------
     >>> table = ShardedAliasTable(my_weights)          # on every rank
     >>> idx = table.sample(1 << 20)                     # global int64 indices, i.i.d. from w / W
+    >>> p = table.probs_of(idx[:10])                    # their probabilities
     """
 
     def __init__(self, local_weights: torch.Tensor, *, group: Optional[dist.ProcessGroup] = None):
@@ -137,7 +153,26 @@ class ShardedAliasTable:
         return 4 if lo != lo else 3 if lo < 0 else 5 if hi == float("inf") else 0
 
     def shard_range(self, rank: int) -> Tuple[int, int]:
-        """[start, end) of the global categories that ``rank`` holds."""
+        """The global categories ``[start, end)`` that ``rank`` holds.
+
+        Parameters
+        ----------
+        rank : int
+            In ``[0, world_size)``.
+
+        Returns
+        -------
+        (int, int)
+
+        Raises
+        ------
+        RuntimeError
+            For a rank out of range.
+
+        Examples
+        --------
+        >>> start, end = table.shard_range(table.rank)
+        """
         if not 0 <= rank < self.world_size:
             raise RuntimeError(f"ShardedAliasTable.shard_range: rank must be in [0, {self.world_size}), got {rank}")
         return self.offsets[rank], self.offsets[rank + 1]
@@ -145,10 +180,32 @@ class ShardedAliasTable:
     # -- sampling --
     def sample(self, num_samples: int, *, ordered: bool = True,
                generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """This rank's ``num_samples`` global int64 indices, i.i.d. from the global law w / W.
-        A collective: every rank calls it (each with its own ``num_samples``, 0 allowed).
-        ``ordered=True`` returns them in i.i.d. order; ``ordered=False`` grouped by shard
-        (the same multiset law, cheaper). A bad ``num_samples`` on any rank raises on all."""
+        """This rank's draws, i.i.d. from the global law w / W. A collective: every rank calls
+        it, each with its own ``num_samples``.
+
+        Parameters
+        ----------
+        num_samples : int
+            Draws for this rank, 0 allowed.
+        ordered : bool
+            ``True``: i.i.d. order; ``False``: grouped by shard (the same multiset law, cheaper).
+        generator : torch.Generator, optional
+            Ranks seeded alike still draw independently (a per-rank stream is derived).
+
+        Returns
+        -------
+        Tensor
+            int64 ``[num_samples]`` global indices on this rank's device.
+
+        Raises
+        ------
+        RuntimeError
+            On every rank, if any rank's ``num_samples`` is not a non-negative int.
+
+        Examples
+        --------
+        >>> negatives = table.sample(1 << 20, ordered=False)
+        """
         try:  # any integer type (int, numpy or 0-d integer tensors), never bool
             bad = isinstance(num_samples, bool) or operator.index(num_samples) < 0
             num_samples = operator.index(num_samples)
@@ -212,9 +269,28 @@ class ShardedAliasTable:
 
     # -- lookups --
     def probs_of(self, indices: torch.Tensor) -> torch.Tensor:
-        """float64 w_i / W of global ``indices`` (any shape, int64, this rank's device),
-        looked up on the ranks that own them. A collective; out-of-range indices on any
-        rank raise on all."""
+        """The probabilities w_i / W of global ``indices``, looked up on the ranks that own them.
+        A collective.
+
+        Parameters
+        ----------
+        indices : Tensor
+            int64 or int32, any shape, global category indices.
+
+        Returns
+        -------
+        Tensor
+            float64, the shape of ``indices``.
+
+        Raises
+        ------
+        RuntimeError
+            On every rank, if any rank's indices are not integers or are out of range.
+
+        Examples
+        --------
+        >>> p = table.probs_of(torch.tensor([0, 5, 17]))
+        """
         problem = None
         if not isinstance(indices, torch.Tensor) or indices.dtype not in (torch.int64, torch.int32):
             problem = "indices must be an int64 or int32 tensor"
