@@ -21,9 +21,24 @@ class RadixForest:
     Attributes are the op's three tensors: ``cdf`` (int64 ``[..., N]``: ``cdf[i]`` is
     ``2**63`` times the probability mass before item ``i``, rounded down), ``guide``
     (int32 ``[..., cells]``) and ``nodes`` (int64 ``[..., N, 2]``: node ``j`` splits at
-    key ``cdf[j]``, stored next to its two int32 children so a lookup step is one load). ``cells`` must be a
-    power of two; by default it is the power of two at or above ``N``.
+    key ``cdf[j]``, stored next to its two int32 children so a lookup step is one load).
 
+    Parameters
+    ----------
+    weights : Tensor
+        ``[..., N]`` non-negative weights, any float dtype.
+    cells : int, optional
+        Guide-table cells, a power of two (default: the one at or above ``N``).
+    validate : bool
+        As in :func:`radix_forest`.
+
+    Raises
+    ------
+    RuntimeError
+        As :func:`radix_forest`.
+
+    Examples
+    --------
     >>> f = RadixForest(torch.tensor([1.0, 0.0, 3.0]))
     >>> f.inverse_cdf(torch.tensor([0.0, 0.2, 0.25, 0.9])).tolist()
     [0, 0, 2, 2]
