@@ -140,3 +140,14 @@ class RecordingMode(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.calls.append(func)
         return func(*args, **(kwargs or {}))
+
+
+def multinomial_value_error(bad, k, replacement):
+    """The regex of torch.multinomial's text for a weight ``bad`` (negative, NaN or inf):
+    its with-replacement kernel (k > 1) names the entry (a NaN fails its ``>= 0`` test),
+    its other paths check the whole tensor."""
+    if replacement and k > 1:
+        if bad == float("inf"):
+            return r"^invalid multinomial distribution \(encountering probability entry = infinity or NaN\)$"
+        return r"^invalid multinomial distribution \(encountering probability entry < 0\)$"
+    return r"^probability tensor contains either `inf`, `nan` or element < 0$"

@@ -46,7 +46,7 @@ def _alias_sample_fake(table, num_samples, *, ordered=True, method="auto", dtype
 
 @torch.library.register_fake("wrs::multinomial")
 def _multinomial_fake(input, num_samples, replacement=False, *, generator=None):
-    torch._check(input.dim() in (1, 2), lambda: "multinomial: input (prob_dist) must be 1 or 2 dim")
+    torch._check(input.dim() in (1, 2), lambda: "prob_dist must be 1 or 2 dim")
     return input.new_empty((*input.shape[:-1], num_samples), dtype=torch.int64)
 
 

@@ -61,15 +61,24 @@ def multinomial(
     >>> idx = torch_wrs.multinomial(torch.rand(4, 1000), 8, replacement=True)
     >>> perm = torch_wrs.multinomial(torch.ones(10), 10)   # a uniform permutation
     """
+    if out is not None:  # torch's checks on out, before any on the input's values
+        torch._check(out.device == input.device, lambda: (
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"{out.device} and {input.device}!"))
+        torch._check(out.dtype == torch.int64, lambda: f"multinomial expects Long tensor out, got: {_dtype_name(out.dtype)}")
     if direct_call(input):
         result = _C.multinomial(input, num_samples, replacement, generator)
     else:
         result = _multinomial(input, num_samples, replacement, generator=generator)
     if out is None:
         return result
-    torch._check(out.dtype == torch.int64, lambda: f"multinomial: out must be an int64 tensor, got {out.dtype}")
     out.resize_(result.shape)
     return out.copy_(result)
+
+
+def _dtype_name(dtype):
+    """torch's C++ name of a dtype (Float, Long, ...), as its error texts print it."""
+    return torch.empty((), dtype=dtype, device="meta").type().rsplit(".", 1)[-1].replace("Tensor", "")
 
 
 def _categorical_logits(
