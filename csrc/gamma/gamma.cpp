@@ -45,24 +45,6 @@ at::Tensor call_standard_gamma_grad(const at::Tensor& alpha, const at::Tensor& o
   return op.call(alpha, output, log);
 }
 
-// Whether `suspect(p, i)` holds for some i in [0, count), over the data of a contiguous
-// float or double CPU tensor: one pass and no temporaries, where the tensor ops of a
-// check (isnan, any, item) cost more than a small call's sampling (CPU, 2 x 3
-// concentrations: 2.6 of 7.5 us).
-template <typename Suspect>
-bool cpu_any(const at::Tensor& t, int64_t count, const Suspect& suspect) {
-  std::atomic<bool> found{false};
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "cpu_any", [&] {
-    const scalar_t* p = t.const_data_ptr<scalar_t>();
-    at::parallel_for(0, count, 1 << 15, [&](int64_t begin, int64_t end) {
-      bool seen = false;
-      for (int64_t i = begin; i < end; ++i) seen |= suspect(p, i);
-      if (seen) found = true;
-    });
-  });
-  return found.load();
-}
-
 }  // namespace
 
 // Value checks with one device-to-host read: negative, NaN, and (for Dirichlet and
@@ -174,29 +156,49 @@ at::Tensor standard_gamma_autograd(const at::Tensor& alpha, c10::string_view met
 
 }  // namespace
 
-// Dirichlet rows are softmax(log G): normalising in log space keeps rows whose gammas all
-// underflow (concentrations near 1e-3) exact, where G / sum(G) would give 0 / 0.
-//
-// validate: every invalid concentration (negative, NaN, inf, a row of zeros) and only an
-// invalid one puts NaN in its output row (NaN or -inf log-gammas; +inf; all -inf), so one
-// any-NaN reduction over the output and one read back find them all; the detailed check
-// runs only then, for the message. Skipped while a CUDA graph is being captured.
-at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
-  constexpr const char* kOp = "dirichlet";
-  check_floating(concentration, kOp, "concentration");
-  check_has_last_dim(concentration, kOp, "concentration");
-  const at::Tensor log_g = call_standard_gamma(concentration.to(acc_dtype(concentration)), "auto",
-                                               /*log=*/true, /*validate=*/false, std::move(generator));
-  const at::Tensor out = at::softmax(log_g, -1);
-  const auto any_nan = [&] {
-    if (out.is_cpu()) return cpu_any(out, out.numel(), [](const auto* p, int64_t i) { return p[i] != p[i]; });
-    return out.isnan().any().item<bool>();
-  };
-  if (validate && out.numel() > 0 && !stream_capturing(out) && any_nan()) {
-    check_values(concentration, kOp, "concentration", /*normalised=*/true);
-    TORCH_CHECK(false, kOp, ": concentration gave NaN rows");  // not reached: the check names the cause
+namespace {
+
+at::Tensor call_dirichlet_rows(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("wrs::dirichlet_rows", "")
+                             .typed<at::Tensor(const at::Tensor&, bool, std::optional<at::Generator>)>();
+  return op.call(concentration, validate, std::move(generator));
+}
+
+// The reparameterised gradient of Dirichlet rows is the implicit gradient of each entry's
+// marginal Beta(alpha_j, total - alpha_j) (Jankowiak and Obermeyer 2018), as torch's: per
+// sample it has less spread than differentiating softmax(log G) through the gammas, and it
+// is torch's own, sample for sample. It is taken at the sample clamped into [tiny, 1 - eps]
+// (an entry drawn as exactly 0 or 1 has a marginal density of 0 there), and it is 0 for
+// entries whose marginal is a point (alpha_j = 0 or alpha_j = total).
+class DirichletFunction : public torch::autograd::Function<DirichletFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& concentration, bool validate,
+                            std::optional<at::Generator> generator) {
+    at::Tensor x = call_dirichlet_rows(concentration, validate, std::move(generator));
+    ctx->save_for_backward({concentration, x});
+    return x;
   }
-  return out.to(concentration.scalar_type());
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::ScalarType acc = acc_dtype(saved[0]);
+    const at::Tensor alpha = saved[0].to(acc), x = saved[1].to(acc), g = grads[0].to(acc);
+    const double tiny = acc == at::kDouble ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
+    const double eps = acc == at::kDouble ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
+    const at::Tensor total = alpha.sum(-1, /*keepdim=*/true).expand_as(alpha);
+    const at::Tensor marginal = at::_dirichlet_grad(x.clamp(tiny, 1 - eps), alpha, total);
+    const at::Tensor point = (alpha == 0).logical_or_(alpha == total);
+    const at::Tensor dx = at::where(point, at::zeros({}, marginal.options()), marginal);
+    const at::Tensor grad = dx * (g - (x * g).sum(-1, /*keepdim=*/true));
+    return {grad.to(saved[0].scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor dirichlet_implicit(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
+  return DirichletFunction::apply(concentration, validate, std::move(generator));
 }
 
 at::Tensor stack_pairs(const at::Tensor& a, const at::Tensor& b) {
@@ -240,47 +242,23 @@ void raise_invalid_pair(const BetaPairs& pairs) {
 
 namespace {
 
-// dirichlet: with a gradient to carry, the composite (its backward needs the log-gammas);
-// otherwise dirichlet_rows, whose kernels normalise with a loop (CPU) or one kernel
-// (CUDA) that also flags the invalid rows (gamma_cpu.cpp, gamma_cuda.cu). Both take the
-// same standard_gamma call, so a seed gives the same log-gammas either way; the
-// normalised rows agree up to softmax's rounding.
+// dirichlet: dirichlet_rows, whose kernels normalise the log-gammas with a loop (CPU) or
+// one kernel (CUDA) that also flags the invalid rows (gamma_cpu.cpp, gamma_cuda.cu); with a
+// gradient to carry, through DirichletFunction, whose samples are the same.
 at::Tensor dirichlet(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
   if (at::GradMode::is_enabled() && concentration.requires_grad()) {
-    return dirichlet_composite(concentration, validate, std::move(generator));
+    check_floating(concentration, "dirichlet", "concentration");
+    return dirichlet_implicit(concentration, validate, std::move(generator));
   }
-  static const auto rows_op = c10::Dispatcher::singleton()
-                                  .findSchemaOrThrow("wrs::dirichlet_rows", "")
-                                  .typed<at::Tensor(const at::Tensor&, bool, std::optional<at::Generator>)>();
-  return rows_op.call(concentration, validate, std::move(generator));
+  return call_dirichlet_rows(concentration, validate, std::move(generator));
 }
 
-// Beta(a, b) = G_a / (G_a + G_b) = sigmoid(log G_a - log G_b), the first entry of the
-// Dirichlet row (a, b); a and b broadcast. Which path serves a call, and why:
-//
-// | gradient | device | path                                 | why                                 |
-// | -------- | ------ | ------------------------------------ | ----------------------------------- |
-// | no       | CPU    | beta_pairs: each pair drawn in log   | no stacked copy, log-gamma tensor   |
-// |          |        | space and written in one loop,       | or check pass: a small call is its  |
-// |          |        | which flags the invalid pairs        | tensor ops (CI machine, one pair:   |
-// |          |        |                                      | 6.2 -> 1.9 us, torch 6.0; at 2^20   |
-// |          |        |                                      | pairs the draws are the cost, 54-56 |
-// |          |        |                                      | ms either way, torch 128)           |
-// | no       | CUDA   | beta_pairs: one kernel draws each    | no stacked copy, log-gamma tensor   |
-// |          |        | pair in log space and writes its     | or normalising kernel; validation   |
-// |          |        | sigmoid, flagging invalid pairs in   | is one read back, none under graph  |
-// |          |        | the status word                      | capture (dirichlet_rows of the      |
-// |          |        |                                      | stacked pairs lost to torch at 2^20 |
-// |          |        |                                      | pairs: 0.94x float32, H200)         |
-// | yes      | CPU    | the log-gammas through               | softmax over rows of two costs more |
-// |          |        | standard_gamma's autograd, the       | (2^20 float32, 2 threads: 59        |
-// |          |        | check, then the sigmoid              | against 44 ms)                      |
-// | yes      | CUDA   | dirichlet's composite (its softmax,  | as dirichlet                        |
-// |          |        | for two entries the sigmoid)         |                                     |
-//
-// All take standard_gamma's pairs of the stacked (a, b), so a seed gives the same
-// log-gammas on every path. With a gradient on CUDA an invalid pair raises in
-// dirichlet's words; the detailed check then re-runs under beta's, for its message.
+// Beta(a, b) = G_a / (G_a + G_b), the first entry of the Dirichlet row (a, b); a and b
+// broadcast. Without a gradient, beta_pairs: each pair drawn in log space and written in
+// one loop (CPU) or kernel (CUDA) that flags the invalid pairs, with no stacked copy.
+// With one, the Dirichlet rows of the stacked pairs and their implicit gradient, as
+// torch's Beta. Both take standard_gamma's pairs of the stacked (a, b), so a seed gives
+// the same sample either way.
 at::Tensor beta(const at::Tensor& a, const at::Tensor& b, bool validate, std::optional<at::Generator> generator) {
   constexpr const char* kOp = "beta";
   check_floating(a, kOp, "a");
@@ -292,11 +270,7 @@ at::Tensor beta(const at::Tensor& a, const at::Tensor& b, bool validate, std::op
                                                        std::optional<at::Generator>)>();
     return pairs_op.call(a, b, validate, std::move(generator));
   }
-  if (a.is_cuda() || b.is_cuda()) return beta_from_dirichlet_rows(a, b, validate, std::move(generator), &dirichlet_composite);
-  const at::Tensor both = stack_pairs(a, b);
-  if (validate) check_values(both, kOp, "(a, b)", /*normalised=*/true);
-  const at::Tensor log_g = call_standard_gamma(both, "auto", /*log=*/true, /*validate=*/false, std::move(generator));
-  return at::sigmoid(log_g.select(-1, 0) - log_g.select(-1, 1)).to(at::promote_types(a.scalar_type(), b.scalar_type()));
+  return beta_from_dirichlet_rows(a, b, validate, std::move(generator), &dirichlet_implicit);
 }
 
 }  // namespace

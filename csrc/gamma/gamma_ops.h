@@ -32,10 +32,9 @@ void raise_alpha_flags(uint32_t flags, const char* op, const char* arg);
 // after its status word says some row went wrong, for the message.
 void check_values(const at::Tensor& alpha, const char* op, const char* arg, bool normalised);
 
-// Dirichlet rows as standard_gamma's log output then softmax: the differentiable path
-// (without a gradient, dirichlet_rows normalises with its own kernels: gamma_cpu.cpp,
-// gamma_cuda.cu).
-at::Tensor dirichlet_composite(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator);
+// Dirichlet rows from dirichlet_rows, with the implicit reparameterised gradient of each
+// entry's marginal Beta: the differentiable path of dirichlet and beta.
+at::Tensor dirichlet_implicit(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator);
 
 // (a, b) broadcast and stacked into rows [..., 2] of float (double where either is):
 // the Dirichlet rows whose first entries are Beta(a, b), and standard_gamma's pairs.
@@ -54,8 +53,8 @@ BetaPairs beta_pairs_operands(const at::Tensor& a, const at::Tensor& b);
 // Raises beta's error for the invalid pair that a beta_pairs kernel flagged.
 [[noreturn]] void raise_invalid_pair(const BetaPairs& pairs);
 
-// Beta(a, b) as the first entries of Dirichlet rows drawn by `rows` (dirichlet_rows'
-// CUDA kernel, or the composite): an invalid pair raises there in dirichlet's words and
+// Beta(a, b) as the first entries of Dirichlet rows drawn by `rows` (dirichlet_rows, or
+// dirichlet_implicit): an invalid pair raises there in dirichlet's words and
 // is checked again here, for beta's.
 using DirichletRowsFn = at::Tensor (*)(const at::Tensor&, bool, std::optional<at::Generator>);
 at::Tensor beta_from_dirichlet_rows(const at::Tensor& a, const at::Tensor& b, bool validate,
