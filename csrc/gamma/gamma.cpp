@@ -29,6 +29,24 @@ at::ScalarType acc_dtype(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+// The smallest normal number and the epsilon of a float dtype: torch's clamps of Gamma,
+// Beta and Dirichlet samples.
+double smallest_normal(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return std::numeric_limits<double>::min();
+    case at::kHalf: return 6.103515625e-05;
+    default: return std::numeric_limits<float>::min();  // float and bfloat16
+  }
+}
+double epsilon(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return std::numeric_limits<double>::epsilon();
+    case at::kHalf: return 9.765625e-04;
+    case at::kBFloat16: return 7.8125e-03;
+    default: return std::numeric_limits<float>::epsilon();
+  }
+}
+
 at::Tensor call_standard_gamma(const at::Tensor& alpha, c10::string_view method, bool log, bool validate,
                                std::optional<at::Generator> generator) {
   static const auto op = c10::Dispatcher::singleton()
@@ -89,7 +107,9 @@ namespace {
 // dX/dalpha of X ~ Gamma(alpha) at fixed CDF (implicit reparameterisation):
 // -(dF/dalpha) / (dF/dx). With log=true, d(log X)/dalpha for output = log X.
 //
-// Value output: torch's _standard_gamma_grad. Log output: below x = 0.8 the series
+// Value output: torch's _standard_gamma_grad, at max(x, smallest normal) as torch's
+// samples are clamped there (an underflowed sample gets the gradient of the clamped
+// value that distributions.Gamma returns, not 0). Log output: below x = 0.8 the series
 // P(alpha, x) = x^alpha / Gamma(alpha) * sum_i (-x)^i / (i! (alpha + i)), whose x^alpha
 // cancels in d(log x)/dalpha = -e^x [(log x - digamma(alpha)) S1 - S2], so it holds
 // where x itself underflows; 14 terms leave a relative error below 1e-13 there.
@@ -100,7 +120,7 @@ at::Tensor standard_gamma_grad(const at::Tensor& alpha, const at::Tensor& output
   check_floating(output, "standard_gamma_grad", "output");
   if (!log) {
     const at::ScalarType acc = acc_dtype(alpha);
-    const at::Tensor a = alpha.to(acc), x = output.to(acc);
+    const at::Tensor a = alpha.to(acc), x = output.to(acc).clamp_min(smallest_normal(output.scalar_type()));
     const at::Tensor grad = at::_standard_gamma_grad(a, x);
     return at::where(a == 0, at::zeros({}, grad.options()), grad).to(alpha.scalar_type());
   }
@@ -169,7 +189,8 @@ at::Tensor call_dirichlet_rows(const at::Tensor& concentration, bool validate, s
 // marginal Beta(alpha_j, total - alpha_j) (Jankowiak and Obermeyer 2018), as torch's: per
 // sample it has less spread than differentiating softmax(log G) through the gammas, and it
 // is torch's own, sample for sample. It is taken at the sample clamped into [tiny, 1 - eps]
-// (an entry drawn as exactly 0 or 1 has a marginal density of 0 there), and it is 0 for
+// of its dtype, the value distributions.Dirichlet and Beta return (an entry drawn as
+// exactly 0 or 1 has a marginal density of 0 there), and it is 0 for
 // entries whose marginal is a point (alpha_j = 0 or alpha_j = total).
 class DirichletFunction : public torch::autograd::Function<DirichletFunction> {
  public:
@@ -182,12 +203,11 @@ class DirichletFunction : public torch::autograd::Function<DirichletFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::ScalarType acc = acc_dtype(saved[0]);
-    const at::Tensor alpha = saved[0].to(acc), x = saved[1].to(acc), g = grads[0].to(acc);
-    const double tiny = acc == at::kDouble ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
-    const double eps = acc == at::kDouble ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
+    const at::ScalarType acc = acc_dtype(saved[0]), dtype = saved[1].scalar_type();
+    const at::Tensor alpha = saved[0].to(acc), g = grads[0].to(acc);
+    const at::Tensor x = saved[1].to(acc).clamp(smallest_normal(dtype), 1 - epsilon(dtype));
     const at::Tensor total = alpha.sum(-1, /*keepdim=*/true).expand_as(alpha);
-    const at::Tensor marginal = at::_dirichlet_grad(x.clamp(tiny, 1 - eps), alpha, total);
+    const at::Tensor marginal = at::_dirichlet_grad(x, alpha, total);
     const at::Tensor point = (alpha == 0).logical_or_(alpha == total);
     const at::Tensor dx = at::where(point, at::zeros({}, marginal.options()), marginal);
     const at::Tensor grad = dx * (g - (x * g).sum(-1, /*keepdim=*/true));
