@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The two entry points of the README:
 #   bash scripts/run.sh demo   build torch_wrs and run examples/demo.py
-#   bash scripts/run.sh test   build torch_wrs and run every test (pytest, then the C++ TorchScript test)
+#   bash scripts/run.sh test   build torch_wrs and run every test (pytest, then the C++ TorchScript and AOTInductor tests)
 #   bash scripts/run.sh sweep  build torch_wrs and run the multinomial sweep against torch on the CPU
 #   bash scripts/run.sh gamma-sweep   the same for standard_gamma, dirichlet and beta
 # It uses the python3 that already has torch (the GPU machine) and otherwise makes .venv
@@ -50,7 +50,7 @@ case "$what" in
     ;;
   test)
     $PY -m pytest tests -q -p no:cacheprovider "$@"
-    echo "== C++: LibTorch build and the TorchScript test (loads what pytest exported)"
+    echo "== C++: LibTorch build, then the TorchScript and AOTInductor tests (they load what pytest exported)"
     prefix="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
     mkdir -p build
     cmake -S . -B build/cmake -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$(command -v $PY)" > build/cmake.log 2>&1 ||
