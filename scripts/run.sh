@@ -4,6 +4,7 @@
 #   bash scripts/run.sh test   build torch_wrs and run every test (pytest, then the C++ TorchScript and AOTInductor tests)
 #   bash scripts/run.sh sweep  build torch_wrs and run the multinomial sweep against torch on the CPU
 #   bash scripts/run.sh gamma-sweep   the same for standard_gamma, dirichlet and beta
+#   bash scripts/run.sh contended-sweep   multinomial against torch while busy loops hold every core
 # It uses the python3 that already has torch (the GPU machine) and otherwise makes .venv
 # with the CPU build of torch 2.13, and builds the extension in place (PYTHONPATH is set to
 # this folder; `pip install --no-build-isolation -e .` makes it importable from anywhere).
@@ -48,6 +49,9 @@ case "$what" in
   gamma-sweep)
     exec $PY -m torch_wrs.benchmark gamma-sweep --device cpu "$@"
     ;;
+  contended-sweep)
+    exec $PY -m torch_wrs.benchmark contended-sweep --device cpu "$@"
+    ;;
   test)
     $PY -m pytest tests -q -p no:cacheprovider "$@"
     echo "== C++: LibTorch build, then the TorchScript and AOTInductor tests (they load what pytest exported)"
@@ -59,7 +63,7 @@ case "$what" in
     ctest --test-dir build/cmake --output-on-failure
     ;;
   *)
-    echo "usage: bash scripts/run.sh demo|test|sweep|gamma-sweep [args]" >&2
+    echo "usage: bash scripts/run.sh demo|test|sweep|gamma-sweep|contended-sweep [args]" >&2
     exit 2
     ;;
 esac

@@ -11,6 +11,9 @@
     python -m torch_wrs.benchmark sweep [--device cpu] [--out FILE]
                                                  # multinomial vs torch.multinomial over the grid of
                                                  # shapes users run, and sample_logits
+    python -m torch_wrs.benchmark contended-sweep --device cpu [--out FILE]
+                                                 # multinomial vs torch on the CPU while busy
+                                                 # loops hold every core
     python -m torch_wrs.benchmark llm [--quick] [--out FILE]
                                                  # LLM sampling vs FlashInfer and a torch sort path
                                                  # (torch_wrs/benchmark_llm.py)
@@ -628,6 +631,76 @@ def sweep(args):
     print(text)
 
 
+# Cells per class for the contended sweep: with and without replacement, one draw and a
+# few, short and long rows.
+CONTENDED_CELLS = [(rows, n, k) for rows, n in ((1_024, 100), (256, 1_000), (1_024, 1_000), (64, 32_000), (4, 128_256))
+                   for k in (1, 2, 8, 64)]
+
+
+def _busy_loop(cpu):
+    """A process that spins on one CPU until killed: another job holding a core."""
+    import os
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except (AttributeError, OSError):
+        pass
+    while True:
+        pass
+
+
+def contended_sweep(args):
+    """torch_wrs.multinomial against torch.multinomial on the CPU while busy-loop processes,
+    one pinned to each core, hold every core: how each degrades when the machine is
+    shared. Reports the minimum ratio and any cell slower than torch (target: no cell
+    below 0.8x)."""
+    import multiprocessing as mp
+    import os
+    import statistics as st
+
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    ctx = mp.get_context("spawn")
+    busy = [ctx.Process(target=_busy_loop, args=(c,), daemon=True) for c in cpus]
+    for p in busy:
+        p.start()
+    try:
+        time.sleep(0.5)
+        gen = torch.Generator().manual_seed(0)
+        cells = []
+        for rows, n, k in CONTENDED_CELLS:
+            w = torch.rand(rows, n, generator=gen) + 1e-3
+            for replacement in (True, False):
+                ours = lambda: torch_wrs.multinomial(w, k, replacement, generator=gen)  # noqa: E731
+                theirs = lambda: torch.multinomial(w, k, replacement, generator=gen)  # noqa: E731
+                # Two interleaved rounds, the better median of each: the busy loops make
+                # single calls noisy for both.
+                os_, ts = [], []
+                for _ in range(2):
+                    os_.append(_wall_ms(ours, warmup=2, reps=15))
+                    ts.append(_wall_ms(theirs, warmup=2, reps=15))
+                cells.append((rows, n, k, replacement, min(os_), min(ts)))
+    finally:
+        for p in busy:
+            p.kill()
+            p.join()
+    ratios = [t / o for *_, o, t in cells]
+    worst = min(cells, key=lambda c: c[5] / c[4])
+    lines = [f"multinomial under contention: CPU, {torch.get_num_threads()} threads, one busy-loop process "
+             f"pinned to each of {len(cpus)} cores; torch {torch.__version__}", "",
+             f"cells: {len(cells)}; torch / ours: median {st.median(ratios):.2f}x, minimum {min(ratios):.2f}x at "
+             f"{worst[0]:,} x {worst[1]:,}, k = {worst[2]}, replacement={worst[3]}; below 0.8x in "
+             f"{sum(r < 0.8 for r in ratios)} cells, slower than torch in {sum(r < 1 for r in ratios)}", "",
+             "| rows | n | k | replacement | ours ms | torch ms | torch / ours |",
+             "| ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+    for rows, n, k, replacement, o, t in cells:
+        lines.append(f"| {rows:,} | {n:,} | {k} | {replacement} | {_fmt_ms(o)} | {_fmt_ms(t)} | {t / o:.2f}x"
+                     + (" SLOWER" if t < o else "") + " |")
+    text = "\n".join(lines)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+
+
 def _sweep_logits(device, gen, budget):
     """sample_logits against softmax + torch.multinomial and the unfused exponential trick."""
     shapes = [(1, 128_256), (8, 32_000), (64, 128_256), (256, 152_064)] if device == "cuda" else [(1, 128_256), (8, 32_000), (64, 128_256)]
@@ -709,9 +782,9 @@ def _cell_name(c):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "gamma-sweep", "radix",
-                                             "sweep", "distributed", "llm"])
+                                             "sweep", "contended-sweep", "distributed", "llm"])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="for `sweep` and `gamma-sweep`")
-    parser.add_argument("--out", default="", help="`sweep`, `gamma-sweep`: also write the report to this file")
+    parser.add_argument("--out", default="", help="the sweeps: also write the report to this file")
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling` and `radix`")
     parser.add_argument("--cpu-scaling", type=int, default=0, metavar="N",
                         help="also time the CPU build at N items on 1 thread and on all threads")
@@ -723,7 +796,7 @@ def main():
                         help="`distributed`: the table no GPU holds alone (0: skip)")
     parser.add_argument("--quick", action="store_true", help="`llm`: a few rows and vocabularies only")
     args = parser.parse_args()
-    cpu_tables = ("sweep", "gamma-sweep")
+    cpu_tables = ("sweep", "gamma-sweep", "contended-sweep")
     if args.device == "cpu" and args.what not in cpu_tables:
         raise SystemExit(f"torch_wrs.benchmark {args.what} runs on CUDA only; on the CPU: "
                          f"{' / '.join(cpu_tables)} --device cpu")
@@ -739,7 +812,8 @@ def main():
 
         return run(args)
     {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases,
-     "gamma": gamma_cases, "gamma-sweep": gamma_sweep, "radix": radix_cases, "sweep": sweep}[args.what](args)
+     "gamma": gamma_cases, "gamma-sweep": gamma_sweep, "radix": radix_cases, "sweep": sweep,
+     "contended-sweep": contended_sweep}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-// Alias tables on the CPU: parallel PSA+ with at::parallel_for (each chunk packs
+// Alias tables on the CPU: parallel PSA+ with wrs::parallel_for (each chunk packs
 // greedily what it can, then PSA splits and packs the leftovers on their merge path),
 // and the baseline and sectioned samplers. Work is cut into fixed-size chunks, not
 // per thread, so the result is the same for any thread count.
+#include "common/parallel.h"
 #include "alias/alias_ops.h"
 #include "common/philox.h"
 
@@ -77,7 +78,7 @@ void build_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table) {
   // 1. Row sums in float64, in a fixed order, and the value checks.
   std::vector<double> chunk_sum(chunks);
   std::vector<uint32_t> chunk_flags(chunks);
-  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+  wrs::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       int64_t begin, end;
       chunk_range(c, begin, end);
@@ -108,7 +109,7 @@ void build_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table) {
   // 2. PSA+: each chunk partitions itself and counts what greedy packing leaves over;
   //    the counts are scanned within each row.
   std::vector<ClassPrefix> chunk_before(chunks);
-  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+  wrs::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     ChunkPartition part;
     for (int64_t c = c0; c < c1; ++c) {
       int64_t begin, end;
@@ -134,7 +135,7 @@ void build_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table) {
   Scratch<uint64_t> deficit_before(rows * n);
   Scratch<uint32_t> heavy(rows * n);
   Scratch<uint64_t> excess_through(rows * n);
-  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+  wrs::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     ChunkPartition part;
     for (int64_t c = c0; c < c1; ++c) {
       int64_t begin, end;
@@ -165,7 +166,7 @@ void build_rows(const scalar_t* w, int64_t rows, int64_t n, int64_t* table) {
 
   // 4. PSA on the leftovers: split and pack sections of each row's leftover merge.
   const int64_t sections_per_row = (n + kSection - 1) / kSection;
-  at::parallel_for(0, rows * sections_per_row, 1, [&](int64_t s0, int64_t s1) {
+  wrs::parallel_for(0, rows * sections_per_row, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t b = s / sections_per_row;
       const int64_t steps = row_left[b].lights + row_left[b].heavies;
@@ -211,7 +212,7 @@ void draw_run(const int64_t* run, int64_t len, int64_t first, int64_t row_bucket
 template <typename out_t>
 void sample_baseline(const int64_t* table, int64_t n, int64_t num_samples, int64_t total,
                      const PhiloxSeed& seed, out_t* out) {
-  at::parallel_for(0, total, 8192, [&](int64_t e0, int64_t e1) {
+  wrs::parallel_for(0, total, 8192, [&](int64_t e0, int64_t e1) {
     while (e0 < e1) {  // split the chunk at row ends
       const int64_t row = e0 / num_samples;
       const int64_t row_end = std::min(e1, (row + 1) * num_samples);
@@ -228,7 +229,7 @@ void sample_sectioned(const int64_t* table, int64_t rows, const SectionGrid& g, 
                       out_t* out) {
   const int64_t parts = parts_per_section(g);
   const PhiloxStreams streams{seed};
-  at::parallel_for(0, rows * g.sections * parts, 1, [&](int64_t t0, int64_t t1) {
+  wrs::parallel_for(0, rows * g.sections * parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t part = task % parts;
       const int64_t section = task / parts % g.sections;

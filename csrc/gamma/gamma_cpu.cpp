@@ -1,7 +1,8 @@
-// standard_gamma on the CPU: at::parallel_for over pairs of elements, each pair drawing
+// standard_gamma on the CPU: wrs::parallel_for over pairs of elements, each pair drawing
 // from its own Philox subsequence (csrc/gamma/gamma.h), so results do not depend on the
 // thread count. dirichlet_rows normalises its log-gammas row by row; beta_pairs writes
 // each pair's Beta variate in the same loop that draws it.
+#include "common/parallel.h"
 #include "gamma/gamma_ops.h"
 
 #include "common/philox.h"
@@ -35,7 +36,7 @@ template <typename acc_t, typename Gen, typename Load, typename Finish>
 uint32_t run_pairs(int64_t pairs, bool log_output, const PhiloxStreams& streams, const Load& load,
                    const Finish& finish) {
   std::atomic<uint32_t> flags{0};
-  at::parallel_for(0, pairs, kPairsPerTask, [&](int64_t begin, int64_t end) {
+  wrs::parallel_for(0, pairs, kPairsPerTask, [&](int64_t begin, int64_t end) {
     uint32_t seen = 0;
     Pair<acc_t, Gen> pair;  // one per task: its elements keep their set-up while alpha repeats
     for (int64_t j = begin; j < end; ++j) {
@@ -104,7 +105,7 @@ template <typename acc_t>
 bool normalise_log_rows(acc_t* x, int64_t rows, int64_t k) {
   constexpr acc_t kInf = std::numeric_limits<acc_t>::infinity();
   std::atomic<bool> found{false};
-  at::parallel_for(0, rows, std::max<int64_t>(1, (int64_t{1} << 14) / k), [&](int64_t begin, int64_t end) {
+  wrs::parallel_for(0, rows, std::max<int64_t>(1, (int64_t{1} << 14) / k), [&](int64_t begin, int64_t end) {
     bool seen = false;
     for (int64_t r = begin; r < end; ++r) {
       acc_t* row = x + r * k;

@@ -1,6 +1,7 @@
 // CPU kernels of the LLM samplers (llm.h states the law): a row at a time, the thresholds
 // by selection (nth_element for top-k, a sort of the top-k set for top-p), then each draw
 // by inverse CDF over the kept items (the GPU races them instead: the same law, other bits).
+#include "common/parallel.h"
 #include "common/philox.h"
 #include "llm/llm_ops.h"
 
@@ -158,7 +159,7 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cpu(
     const scalar_t* x = call.x.const_data_ptr<scalar_t>();
     int64_t* tok = tokens.mutable_data_ptr<int64_t>();
     float* out_lp = logprobs ? lp.mutable_data_ptr<float>() : nullptr;
-    at::parallel_for(0, call.rows, std::max<int64_t>(1, kItemsPerTask / call.v), [&](int64_t begin, int64_t end) {
+    wrs::parallel_for(0, call.rows, std::max<int64_t>(1, kItemsPerTask / call.v), [&](int64_t begin, int64_t end) {
       Scratch s;
       for (int64_t r = begin; r < end; ++r) {
         float* row_lp = out_lp ? out_lp + r * call.samples : nullptr;
@@ -183,7 +184,7 @@ at::Tensor filter_logits_cpu(const at::Tensor& logits, const std::optional<at::T
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, logits.scalar_type(), "filter_logits_cpu", [&] {
     const scalar_t* x = call.x.const_data_ptr<scalar_t>();
     scalar_t* o = out.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, call.rows, std::max<int64_t>(1, kItemsPerTask / call.v), [&](int64_t begin, int64_t end) {
+    wrs::parallel_for(0, call.rows, std::max<int64_t>(1, kItemsPerTask / call.v), [&](int64_t begin, int64_t end) {
       Scratch s;
       for (int64_t r = begin; r < end; ++r) {
         const RowControls rc = row_controls(call.controls, r);
@@ -209,7 +210,7 @@ template <typename scalar_t, typename token_t>
 void speculative_rows(const scalar_t* draft, const token_t* draft_tokens, const scalar_t* target, int64_t b_count,
                       int64_t s_count, int64_t v, const PhiloxSeed& seed, int64_t* out, int64_t* accepted) {
   const int64_t quads = (v + 3) / 4;
-  at::parallel_for(0, b_count, std::max<int64_t>(1, kItemsPerTask / v), [&](int64_t begin, int64_t end) {
+  wrs::parallel_for(0, b_count, std::max<int64_t>(1, kItemsPerTask / v), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       int64_t acc = 0;
       for (; acc < s_count; ++acc) {

@@ -1,4 +1,5 @@
 // multinomial_counts on the CPU: rows in parallel, each a chain of binomials (counts.h).
+#include "common/parallel.h"
 #include "common/philox.h"
 #include "multinomial/counts.h"
 
@@ -25,7 +26,7 @@ at::Tensor multinomial_counts_cpu(const at::Tensor& weights, int64_t total,
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "multinomial_counts_cpu", [&] {
     const scalar_t* wp = w.const_data_ptr<scalar_t>();
     int64_t* op = out.mutable_data_ptr<int64_t>();
-    at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / m), [&](int64_t begin, int64_t end) {
+    wrs::parallel_for(0, rows, std::max<int64_t>(1, 4096 / m), [&](int64_t begin, int64_t end) {
       uint32_t f = 0;
       for (int64_t r = begin; r < end; ++r) f |= count_row(wp + r * m, m, total, r, streams, op + r * m);
       flags.fetch_or(f);

@@ -1,6 +1,7 @@
 // multinomial and sample_logits on the CPU, with the laws and Philox streams of the CUDA
 // kernels (laws.h). Work is cut into fixed chunks of rows (tasks), never per thread, so
-// results do not depend on the thread count; at::parallel_for runs small calls inline.
+// results do not depend on the thread count; wrs::parallel_for (common/parallel.h) runs
+// small calls inline, and every call inline while the machine is busy.
 //
 // Which method serves a shape class on the CPU, and why:
 //
@@ -25,6 +26,7 @@
 // |               |                                   |               | merge pairwise, level by level, in        |
 // |               |                                   |               | parallel; a test without a log rules out  |
 // |               |                                   |               | most items                                |
+#include "common/parallel.h"
 #include "common/philox.h"
 #include "multinomial/laws.h"
 #include "multinomial/multinomial.h"
@@ -210,7 +212,7 @@ inline WRS_INLINE Summary summarize(const scalar_t* p, int64_t count, const Prob
 template <typename scalar_t, typename Weights>
 std::vector<Summary> row_summaries(const scalar_t* x, const Chunks& ch, const Weights& wts) {
   std::vector<Summary> chunk(ch.tasks());
-  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+  wrs::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
     run_widest([&](auto lanes) WRS_INLINE {  // once per task: short rows pay no call each
       for (int64_t t = t0; t < t1; ++t) {
         chunk[t] = summarize<decltype(lanes)>(x + ch.row(t) * ch.n + ch.first(t), ch.count(t), wts);
@@ -481,7 +483,7 @@ void draw_chunked(const Request& r, const Chunks& ch, const scalar_t* x, const s
   const int64_t blocks_per_chunk = (ch.items + kUnitBlock - 1) / kUnitBlock;
   std::vector<uint64_t> units_of(ch.tasks());
   std::vector<uint64_t> block_units(ch.tasks() * blocks_per_chunk);
-  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+  wrs::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const scalar_t* p = x + ch.row(t) * r.n + ch.first(t);
       uint64_t* units = block_units.data() + t * blocks_per_chunk;
@@ -531,7 +533,7 @@ void draw_chunked(const Request& r, const Chunks& ch, const scalar_t* x, const s
   };
   // A few points rescan a block each: less work than waking the other threads.
   if (r.rows * r.k <= kInlineScanPoints) return scan_chunks(0, ch.tasks());
-  at::parallel_for(0, ch.tasks(), ch.grain(), scan_chunks);
+  wrs::parallel_for(0, ch.tasks(), ch.grain(), scan_chunks);
 }
 
 // Stretches of kBoundStretch items: a few draws from a long row each scan one (about half
@@ -544,7 +546,7 @@ std::vector<Summary> stretch_summaries(const scalar_t* x, const Chunks& ch, cons
                                        std::vector<Summary>& stretch) {
   const int64_t per_row = (ch.n + kBoundStretch - 1) / kBoundStretch;
   stretch.resize(ch.rows * per_row);
-  at::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
+  wrs::parallel_for(0, ch.tasks(), ch.grain(), [&](int64_t t0, int64_t t1) {
     run_widest([&](auto lanes) WRS_INLINE {
       for (int64_t t = t0; t < t1; ++t) {
         const scalar_t* p = x + ch.row(t) * ch.n;
@@ -581,7 +583,7 @@ void draw_stretches_against_bounds(const Request& r, const scalar_t* x, const st
     }
   };
   if (draws <= kInlineScanPoints) return draw(0, draws);
-  at::parallel_for(0, draws, 1, draw);
+  wrs::parallel_for(0, draws, 1, draw);
 }
 
 // Rows of one task each from this many items, with k stretches within the row, draw
@@ -620,7 +622,7 @@ void draw_inverse_cdf(const Request& r, const scalar_t* x, const Weights& wts, c
   const bool bounded = !prefix && r.n >= kBoundedRowsFrom && r.k * kBoundStretch <= r.n;
   const int64_t stretches = bounded ? (r.n + kBoundStretch - 1) / kBoundStretch : 0;
   std::atomic<uint32_t> flags{0};
-  at::parallel_for(0, r.rows, std::max<int64_t>(1, kRowTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
+  wrs::parallel_for(0, r.rows, std::max<int64_t>(1, kRowTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
     std::vector<Summary> summary(b1 - b0);
     std::vector<Summary> stretch(stretches);
     StretchBounds bounds;
@@ -817,7 +819,7 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
     // read of its own. A row with bad values is not drawn from, and the call raises once
     // every task is done, as draw_inverse_cdf does.
     std::atomic<uint32_t> flags{0};
-    at::parallel_for(0, r.rows, std::max<int64_t>(1, kRaceTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
+    wrs::parallel_for(0, r.rows, std::max<int64_t>(1, kRaceTaskItems / (r.n + r.k)), [&](int64_t b0, int64_t b1) {
       std::vector<Summary> summary(b1 - b0);
       run_widest([&](auto lanes) WRS_INLINE {
         for (int64_t row = b0; row < b1; ++row) summary[row - b0] = summarize<decltype(lanes)>(x + row * r.n, r.n, wts);
@@ -855,7 +857,7 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
   std::vector<std::vector<Keyed>> top(ch.tasks());
   std::vector<double> floors(r.rows, Weights::kNone);
   if (use_floor) {
-    at::parallel_for(0, r.rows, 1, [&](int64_t r0, int64_t r1) {
+    wrs::parallel_for(0, r.rows, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t row = r0; row < r1; ++row) floors[row] = sampled_floor(x + row * r.n, r.n, r.k, row, pairs, wts, seed);
     });
   }
@@ -866,7 +868,7 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
       std::sort(top[t].begin(), top[t].end(), Higher{});
     }
   };
-  at::parallel_for(0, ch.tasks(), ch.grain(), chunk_tops);
+  wrs::parallel_for(0, ch.tasks(), ch.grain(), chunk_tops);
   // Rows with fewer than k keys above their floor (and k nonzero weights): again from none.
   for (int64_t row = 0; use_floor && row < r.rows; ++row) {
     int64_t kept = 0, nz = 0;
@@ -876,11 +878,11 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
     }
     if (kept >= r.k || nz < r.k) continue;
     floors[row] = Weights::kNone;
-    at::parallel_for(row * ch.per_row, (row + 1) * ch.per_row, ch.grain(), chunk_tops);
+    wrs::parallel_for(row * ch.per_row, (row + 1) * ch.per_row, ch.grain(), chunk_tops);
   }
   for (int64_t width = 1; width < ch.per_row; width *= 2) {
     const int64_t merges = (ch.per_row - width + 2 * width - 1) / (2 * width);  // per row: i + width < per_row
-    at::parallel_for(0, r.rows * merges, 1, [&](int64_t m0, int64_t m1) {
+    wrs::parallel_for(0, r.rows * merges, 1, [&](int64_t m0, int64_t m1) {
       std::vector<Keyed> merged;
       for (int64_t m = m0; m < m1; ++m) {
         const int64_t t = (m / merges) * ch.per_row + (m % merges) * 2 * width;
@@ -951,7 +953,7 @@ const float* as_floats(const at::Tensor& x, std::vector<float>& local) {
   float* d = dst.data();
   // Grains of 8,192 items: a row of 32,000 converts on both threads (the copy is the same
   // whatever the split).
-  at::parallel_for(0, count, kConversionGrain, [&](int64_t i0, int64_t i1) { halves_to_floats(src + i0, d + i0, i1 - i0); });
+  wrs::parallel_for(0, count, kConversionGrain, [&](int64_t i0, int64_t i1) { halves_to_floats(src + i0, d + i0, i1 - i0); });
   return d;
 }
 

@@ -1,7 +1,8 @@
 // Radix forests on the CPU: the build in passes over fixed-size chunks with
-// at::parallel_for (float64 row sums, exact integer prefix sums, then Algorithm 1 over all
+// wrs::parallel_for (float64 row sums, exact integer prefix sums, then Algorithm 1 over all
 // items with an atomic exchange per merge), and the lookups. Results do not depend on the
 // thread count: every value is an exact integer function of the weights.
+#include "common/parallel.h"
 #include "radix_forest/radix_forest_ops.h"
 #include "alias/alias.h"  // the shared weight quantization
 #include "common/philox.h"
@@ -30,7 +31,7 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
   // 1. Row sums in float64 (fixed order) and the value checks.
   std::vector<double> chunk_sum(chunks);
   std::vector<uint32_t> chunk_flags(chunks);
-  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+  wrs::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       double s = 0;
       uint32_t f = 0;
@@ -57,7 +58,7 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
 
   // 2. Exact integer prefix sums: chunk totals, then chunk offsets per row.
   std::vector<uint64_t> offset(chunks), total(rows);
-  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+  wrs::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       uint64_t s = 0;
       for (int64_t k = chunk_begin(c); k < chunk_end(c); ++k) s += quantized(k);
@@ -69,7 +70,7 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
     for (int64_t c = r * per_row; c < (r + 1) * per_row; ++c) std::swap(s, offset[c]), s += offset[c];
     total[r] = s;
   }
-  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+  wrs::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t r = c / per_row;
       const double sc = cdf_scale(total[r]);
@@ -84,11 +85,11 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
   // 3. Algorithm 1 over every item of every row at once.
   const int shift = kFractionBits - bits;
   std::vector<uint64_t> waiting(rows * n);
-  at::parallel_for(0, rows * n, kGrain, [&](int64_t k0, int64_t k1) {
+  wrs::parallel_for(0, rows * n, kGrain, [&](int64_t k0, int64_t k1) {
     std::fill(waiting.begin() + k0, waiting.begin() + k1, kNoSibling);
   });
   auto exchange = [](uint64_t* p, uint64_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); };
-  at::parallel_for(0, rows * n, kGrain, [&](int64_t k0, int64_t k1) {
+  wrs::parallel_for(0, rows * n, kGrain, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t r = k / n;
       const int64_t* row_cdf = cdf + r * n;
@@ -101,7 +102,7 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
   // the next key lie inside its interval. (Sequential within an item: the CUDA build
   // uses a scan instead, balanced however many cells one interval spans.)
   const int64_t m = int64_t(1) << bits;
-  at::parallel_for(0, rows * n, kGrain, [&](int64_t k0, int64_t k1) {
+  wrs::parallel_for(0, rows * n, kGrain, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t r = k / n, i = k - r * n;
       const int64_t cell = cdf[k] >> shift;
@@ -140,7 +141,7 @@ void lookup_all(const at::Tensor& cdf, const at::Tensor& guide, const at::Tensor
   const int64_t* nd = nodes.const_data_ptr<int64_t>();
   const int shift = kFractionBits - f.cell_bits;
   const int64_t m = int64_t(1) << f.cell_bits;
-  at::parallel_for(0, count, kGrain, [&](int64_t k0, int64_t k1) {
+  wrs::parallel_for(0, count, kGrain, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       int64_t row = 0;
       const int64_t x[1] = {key_and_row(k, row)};
