@@ -43,6 +43,12 @@ def _check_law_free_properties(outs, weights, logits):
     assert torch.isfinite(logprob).all() and (logprob <= 0).all()
 
 
+# On torch 2.11 (the GPU machine's) aoti_load_package segfaults even for a model of torch
+# ops alone (torch.multinomial, CPU or CUDA); 2.13 loads and runs it.
+OLD_TORCH = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13)
+
+
+@pytest.mark.skipif(OLD_TORCH, reason="aoti_load_package crashes on torch < 2.13, with or without our ops")
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device"))])
 def test_export_aoti_compile_load_and_sample(device, tmp_path):

@@ -9,6 +9,7 @@ import torch
 
 import torch_wrs
 from conftest import requires_cuda
+from torch_wrs.multinomial import _categorical_logits
 from helpers import RecordingMode, every_key_draws, g_test_pvalue, multinomial_value_error
 
 P_MIN = 1e-4
@@ -611,6 +612,10 @@ def _assert_draws_the_keys(x, k, law, seed):
     assert (ours.sort(-1).values.diff(dim=-1) != 0).all()
 
 
+def _categorical_without_replacement(x, k, generator):
+    return _categorical_logits(x, k, temperature=0.6, replacement=False, generator=generator)
+
+
 def _logits_with_minus_inf(rows, n, generator, dtype):
     """Logits on the GPU, every 11th from the 4th -inf (never drawn)."""
     logits = (torch.randn(rows, n, generator=generator) * 4).to(dtype).cuda()
@@ -655,7 +660,9 @@ def test_gpu_one_draw_race_equals_the_keys_and_torch_topk(rows, n, dtype):
         assert torch.equal(one, reference), replacement
     logits = _logits_with_minus_inf(rows, n, g, dtype)
     reference = every_key_draws(_logits_without_replacement, logits, 1, 7, logits=True)
-    one = torch_wrs.sample_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
+    # the race kernel from logits: distributions.Categorical's path (torch_wrs.sample_logits
+    # draws by inverse CDF, docs/llm.md)
+    one = _categorical_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
     assert torch.equal(one, reference)
 
 
@@ -695,10 +702,13 @@ def test_gpu_thread_rows_from_many_rows_equal_the_keys_and_torch_topk(rows, n, d
         assert torch.equal(ours, reference[:, :k]), k
     del x, w, reference
     logits = _logits_with_minus_inf(rows, n, g, dtype)
-    reference = every_key_draws(_logits_without_replacement, logits, 8, 7, logits=True)
-    one = torch_wrs.sample_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
+    # The race kernels from logits: distributions.Categorical's path, whose keys round 16-bit
+    # logits as the multinomial family does (torch_wrs.sample_logits is the LLM sampler,
+    # docs/llm.md).
+    reference = every_key_draws(_categorical_without_replacement, logits, 8, 7, logits=True)
+    one = _categorical_logits(logits, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
     assert torch.equal(one, reference[:, :1])
-    eight = _logits_without_replacement(logits, 8, torch.Generator("cuda").manual_seed(7))
+    eight = _categorical_without_replacement(logits, 8, torch.Generator("cuda").manual_seed(7))
     assert torch.equal(eight, reference)
 
 
