@@ -51,7 +51,7 @@ else:
 
 setup(
     name="torch_wrs",
-    version="0.2.0",
+    version="0.3.0",
     description="Weighted random sampling and gamma variates for PyTorch (CPU and CUDA custom ops)",
     packages=find_packages(include=["torch_wrs", "torch_wrs.*"]),
     ext_modules=[ext],

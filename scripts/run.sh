@@ -4,7 +4,8 @@
 #   bash scripts/run.sh test   build torch_wrs and run every test (pytest, then the C++ TorchScript and AOTInductor tests)
 #   bash scripts/run.sh sweep  build torch_wrs and run the multinomial sweep against torch on the CPU
 #   bash scripts/run.sh gamma-sweep   the same for standard_gamma, dirichlet and beta
-#   bash scripts/run.sh contended-sweep   multinomial against torch while busy loops hold every core
+#   bash scripts/run.sh contended-sweep   multinomial against torch while busy loops compete for the cores
+#   bash scripts/run.sh docs   build the documentation site (Sphinx, warnings as errors) into build/docs
 # It uses the python3 that already has torch (the GPU machine) and otherwise makes .venv
 # with the CPU build of torch 2.13, and builds the extension in place (PYTHONPATH is set to
 # this folder; `pip install --no-build-isolation -e .` makes it importable from anywhere).
@@ -52,6 +53,11 @@ case "$what" in
   contended-sweep)
     exec $PY -m torch_wrs.benchmark contended-sweep --device cpu "$@"
     ;;
+  docs)
+    $PY -c "import sphinx, myst_parser" 2>/dev/null || $PY -m pip install -q sphinx myst-parser
+    echo "== the documentation site (warnings are errors): build/docs/index.html"
+    exec $PY -m sphinx -W --keep-going -q -b html docs build/docs "$@"
+    ;;
   test)
     $PY -m pytest tests -q -p no:cacheprovider "$@"
     echo "== C++: LibTorch build, then the TorchScript and AOTInductor tests (they load what pytest exported)"
@@ -63,7 +69,7 @@ case "$what" in
     ctest --test-dir build/cmake --output-on-failure
     ;;
   *)
-    echo "usage: bash scripts/run.sh demo|test|sweep|gamma-sweep|contended-sweep [args]" >&2
+    echo "usage: bash scripts/run.sh demo|test|sweep|gamma-sweep|contended-sweep|docs [args]" >&2
     exit 2
     ;;
 esac

@@ -12,4 +12,4 @@ __all__ = [
     "multinomial", "multinomial_counts", "sample_logits", "standard_gamma", "RadixForest", "RadixForest2D", "inverse_cdf", "radix_forest",
     "radix_forest_sample", "sample_2d",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
