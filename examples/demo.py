@@ -62,8 +62,8 @@ def main():
 
     print(f"torch_wrs demo on {name}")
     print(f"  {n:,} weights (shuffled 1/i, every tenth zero), {num_samples:,} samples")
-    print(f"  build:  {build_ms:9.3f} ms   ({n / build_ms / 1e3:.2f} M items/s)")
-    print(f"  sample: {sample_ms:9.3f} ms   ({num_samples / sample_ms / 1e6:.2f} G samples/s)")
+    print(f"  build:  {build_ms:9.3f} ms   ({n / build_ms / 1e3:.2f} M items/s on this {device.type.upper()})")
+    print(f"  sample: {sample_ms:9.3f} ms   ({num_samples / sample_ms / 1e6:.2f} G samples/s on this {device.type.upper()})")
     print("  top items     measured     expected")
     for i in top.tolist():
         print(f"  {i:9d} {int(counts[i]):12,d} {expected[i]:12,.0f}")

@@ -8,7 +8,7 @@ import scipy.stats
 import torch
 
 import torch_wrs
-from torch_wrs.radix_forest import search_loads, table1_weights
+from torch_wrs._radix_diagnostics import search_loads, table1_weights
 
 ONE = 1 << 63
 SATURATED = ONE - 1

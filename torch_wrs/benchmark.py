@@ -32,7 +32,7 @@ import time
 import torch
 
 import torch_wrs
-from torch_wrs.radix_forest import search_loads, table1_weights
+from torch_wrs._radix_diagnostics import search_loads, table1_weights
 
 
 def cuda_ms(fn, warmup=3, reps=20):
