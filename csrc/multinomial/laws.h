@@ -6,7 +6,7 @@
 // w_i = exp(x_i / T - M), M the row's largest x / T, for softmax(x / T) (LogitWeights).
 //
 // With replacement, every path samples the quantized law of the alias tables:
-// Q_i = round(w_i / W * N * 2^32) in exact integers (alias::quantize), a draw is the item
+// Q_i = round(w_i / W * N * 2^32) in exact integers (wrs::quantize), a draw is the item
 // whose integer range holds a uniform point of [0, sum Q), so each probability is within
 // 2^-33 / N of w_i / W, zero weights own no range, and the law does not depend on where
 // a kernel cuts the row. W only sets the scale: an error in it scales every Q_i alike.
@@ -21,7 +21,7 @@
 // 2^-49 in total variation (the quantized law's bound is 2^-33: 2^-33 / N for each of N
 // items). One draw is the same law either way, so on CUDA one draw per row from many
 // logits takes the race (multinomial_cuda.cu's table).
-#include "alias/alias.h"
+#include "common/quantize.h"
 #include "common/checks.h"
 #include "common/macros.h"
 
@@ -47,7 +47,7 @@ struct Summary {
 // quantization scale of alias tables.
 struct RowLaw {
   double shift;
-  alias::RowScale scale;
+  wrs::RowScale scale;
 };
 
 struct ProbWeights {
@@ -101,7 +101,7 @@ struct LogitWeights {
 
 template <typename Weights>
 C10_HOST_DEVICE inline RowLaw row_law(const Summary& s, int64_t n) {
-  return RowLaw{s.shift, alias::row_scale(s.sum, n)};
+  return RowLaw{s.shift, wrs::row_scale(s.sum, n)};
 }
 
 // The row's problems, as common/checks.h flags: those of its values, a zero or
@@ -110,7 +110,7 @@ C10_HOST_DEVICE inline uint32_t summary_flags(const Summary& s) { return row_fla
 
 template <typename Weights>
 C10_HOST_DEVICE inline uint64_t units(const Weights& wts, double x, const RowLaw& law, int64_t n) {
-  return alias::quantize(wts.weight(x, law.shift), law.scale, n);
+  return wrs::quantize(wts.weight(x, law.shift), law.scale, n);
 }
 
 // Draws against bounds (one draw a row from long rows, CPU and CUDA): a point of

@@ -257,7 +257,7 @@ struct Quantizer {
 
   static constexpr double k2to52 = 4503599627370496.0;
   bool bit_trick() const { return !Weights::kLogits && law.scale.direct != 0.0 && n <= (int64_t(1) << 20); }
-  double cap_biased() const { return static_cast<double>(n) * static_cast<double>(alias::kBucket) + k2to52; }
+  double cap_biased() const { return static_cast<double>(n) * static_cast<double>(wrs::kBucket) + k2to52; }
 
   uint64_t operator()(double x) const {
     if (!bit_trick()) return units(wts, x, law, n);
@@ -358,7 +358,7 @@ inline PhiloxBlocks sample_blocks(const PhiloxSeed& seed, int64_t first, int64_t
 // (n + 16) 2^-50 relative, eight times the bound of float64 recursive summation) plus
 // half a unit per item of rounding.
 inline uint64_t units_bound(int64_t n) {
-  const double base = static_cast<double>(n) * static_cast<double>(alias::kBucket);
+  const double base = static_cast<double>(n) * static_cast<double>(wrs::kBucket);
   return static_cast<uint64_t>(base) + static_cast<uint64_t>(base * (static_cast<double>(n) + 16) * 0x1.0p-50) +
          static_cast<uint64_t>(n) + 1;
 }

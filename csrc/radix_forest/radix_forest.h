@@ -37,7 +37,7 @@ constexpr int kFractionBits = 63;
 constexpr int64_t kSaturated = std::numeric_limits<int64_t>::max();  // above every lookup key
 constexpr int64_t kMaxItems = std::numeric_limits<int32_t>::max();   // node ids are int32
 constexpr int kMaxCellBits = 30;
-// The weights are quantized as alias tables quantize them (alias::quantize) with this
+// The weights are quantized as alias tables quantize them (wrs::quantize) with this
 // "N", so a row totals about 2^62 units: scans of up to 2^31 items cannot overflow.
 constexpr int64_t kQuantizeN = int64_t(1) << 30;
 // Lookups stop after this many steps: a tree over 63-bit keys and 31-bit indices is at

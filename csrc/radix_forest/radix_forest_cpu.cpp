@@ -4,7 +4,7 @@
 // thread count: every value is an exact integer function of the weights.
 #include "common/parallel.h"
 #include "radix_forest/radix_forest_ops.h"
-#include "alias/alias.h"  // the shared weight quantization
+#include "common/quantize.h"  // the shared weight quantization
 #include "common/philox.h"
 
 #include <ATen/ATen.h>
@@ -44,17 +44,17 @@ void build_cpu(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valida
       chunk_flags[c] = f;
     }
   });
-  std::vector<alias::RowScale> scale(rows);
+  std::vector<wrs::RowScale> scale(rows);
   uint32_t flags = 0;
   for (int64_t r = 0; r < rows; ++r) {
     double s = 0;
     uint32_t f = 0;
     for (int64_t c = r * per_row; c < (r + 1) * per_row; ++c) s += chunk_sum[c], f |= chunk_flags[c];
     flags |= row_flags(s, f);
-    scale[r] = alias::row_scale(s, kQuantizeN);
+    scale[r] = wrs::row_scale(s, kQuantizeN);
   }
   if (validate) raise_weight_flags(flags, "radix_forest", "weights");
-  auto quantized = [&](int64_t k) { return alias::quantize(static_cast<double>(w[k]), scale[k / n], kQuantizeN); };
+  auto quantized = [&](int64_t k) { return wrs::quantize(static_cast<double>(w[k]), scale[k / n], kQuantizeN); };
 
   // 2. Exact integer prefix sums: chunk totals, then chunk offsets per row.
   std::vector<uint64_t> offset(chunks), total(rows);

@@ -8,7 +8,7 @@
 //      the interval covering it when it holds no key, and its first item's node when it does.
 // Only validate=True reads anything back (one status word).
 #include "radix_forest/radix_forest_ops.h"
-#include "alias/alias.h"  // the shared weight quantization
+#include "common/quantize.h"  // the shared weight quantization
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
 #include "common/row_sums.cuh"
@@ -43,24 +43,24 @@ struct RowOf {
   }
 };
 
-__global__ void row_scale_kernel(const RowSum* sums, int64_t rows, alias::RowScale* scale, uint32_t* status) {
+__global__ void row_scale_kernel(const RowSum* sums, int64_t rows, wrs::RowScale* scale, uint32_t* status) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (r >= rows) return;
   const uint32_t flags = row_flags(sums[r].sum, sums[r].flags);
   if (flags) atomicOr(status, flags);
-  scale[r] = alias::row_scale(sums[r].sum, kQuantizeN);
+  scale[r] = wrs::row_scale(sums[r].sum, kQuantizeN);
 }
 
 // Quantized weight of flat item k; 0 past the end, so the scan's last output is the total.
 template <typename scalar_t>
 struct QuantizedWeight {
   const scalar_t* w;
-  const alias::RowScale* scale;
+  const wrs::RowScale* scale;
   RowOf row_of;
   int64_t items;
   __device__ uint64_t operator()(int64_t k) const {
     if (k >= items) return 0;
-    return alias::quantize(static_cast<double>(w[k]), scale[row_of(k)], kQuantizeN);
+    return wrs::quantize(static_cast<double>(w[k]), scale[row_of(k)], kQuantizeN);
   }
 };
 
@@ -174,7 +174,7 @@ void build_cuda(const scalar_t* w, int64_t rows, int64_t n, int bits, bool valid
 
   // 1. Row sums, checks and quantization scales.
   const RowSum* sums = row_sums_cuda(w, rows, n, keep, opts, stream);
-  auto* scale = scratch<alias::RowScale>(keep, opts, rows);
+  auto* scale = scratch<wrs::RowScale>(keep, opts, rows);
   const at::Tensor status = zeroed_status_word(opts, stream);
   row_scale_kernel<<<ceil_div(rows, kThreads), kThreads, 0, stream>>>(
       sums, rows, scale, reinterpret_cast<uint32_t*>(status.data_ptr<int>()));
