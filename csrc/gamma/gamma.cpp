@@ -19,9 +19,10 @@ namespace wrs::gamma {
 
 namespace {
 
-// Method "auto": Marsaglia-Tsang, the fastest exact generator on an H200 for every alpha
-// measured, float32 and float64 (docs/benchmarks.md). On these GPUs the cost is the
-// instructions per candidate, not divergence (the kernel does not wait on slow lanes),
+// Method "auto": Marsaglia-Tsang, the fastest exact generator for every alpha measured,
+// float32 and float64 (docs/benchmarks.md, "Gamma generation"). On these GPUs the cost is
+// the instructions per candidate, not divergence (the kernel does not wait on slow
+// lanes),
 // so its 2-5% rejection beats Cheng GA's cheaper but 13-32%-rejected candidates.
 Method auto_method(at::ScalarType /*dtype*/) { return Method::kMarsagliaTsang; }
 
@@ -163,7 +164,7 @@ class StandardGammaFunction : public torch::autograd::Function<StandardGammaFunc
 
 // Without a gradient to carry (neither backward nor forward mode), the call goes straight
 // to the device's kernel: the Function's bookkeeping is a sixth of a small call's host
-// time (CPU, 4 elements: 0.7 of 4.4 us).
+// time (docs/methods.md).
 at::Tensor standard_gamma_autograd(const at::Tensor& alpha, c10::string_view method, bool log, bool validate,
                                    std::optional<at::Generator> generator) {
   const bool needs_grad = at::GradMode::is_enabled() && alpha.requires_grad();

@@ -23,10 +23,8 @@ namespace wrs::gamma {
 
 namespace {
 
-// Pairs per parallel task: an element costs 40-65 ns (float64 and alpha < 1 the most), so
-// 64 pairs are 5-8 us of work, several times a task's start. With 1,024, calls under
-// 2,048 elements ran on one thread and float64 was 0.89-0.94x torch (which also runs
-// them on one) at 16-256 elements (CI machine, 2 threads).
+// Pairs per parallel task: 64 pairs are several times a task's start, and fewer pairs a
+// task let small calls use both threads (docs/methods.md, "64 pairs per parallel task").
 constexpr int64_t kPairsPerTask = 64;
 
 // Runs pairs [0, pairs) of elements: pair j draws from Philox subsequence j. load(j, a0,

@@ -54,18 +54,14 @@ namespace {
 constexpr int64_t kChunk = int64_t(1) << 15;  // items per task of a long row
 constexpr int64_t kTaskItems = int64_t(1) << 14;  // at least this much work per parallel_for grain
 // Rows of one chunk each go parallel from this many items (n + k a row): a short row costs
-// several times a long row's item, so 16,384 kept calls of 20-60 us on one thread. CI
-// machine, 2 threads, interleaved medians, us, 16,384 -> 2,048 (torch): 256 x 18, k = 2:
-// 22.6 -> 18.0 (25.3); 128 x 32, k = 2: 17.9 -> 12.3 (18.2); 64 x 18, k = 8: 15.6 -> 11.8
-// (21.8); 32 x 100, k = 2: 9.0 -> 7.2 (10.6); below 2,048 items splitting gained nothing.
+// several times a long row's item (docs/methods.md, "Rows of one chunk").
 constexpr int64_t kRowTaskItems = int64_t(1) << 11;
 
 // Race keys cost a Philox block per two items (and a log for each item ruled_out keeps),
 // several times an inverse CDF's passes per item: fewer rows than kRaceChunkedRows are
 // cut into tasks from 8,192
-// items, so that one row of 32,000 spreads over the threads (one thread per row of up to
-// 32,768 took twice as long). More rows keep kChunk: smaller chunks admit more keys in all
-// (8 x 32,000, k = 64: 1.95 ms in chunks of 32,768, 2.20 in chunks of 8,192).
+// items, so that one row of 32,000 spreads over the threads. More rows keep kChunk:
+// smaller chunks admit more keys in all (docs/methods.md, "Race keys").
 constexpr int64_t kRaceChunk = int64_t(1) << 13;
 constexpr int64_t kRaceChunkedRows = 4;
 // For the same reason a task of short rows' race keys needs only this many items.
@@ -852,8 +848,7 @@ void draw_race(const Request& r, const scalar_t* x, const Weights& wts, const Ph
   std::vector<int64_t> nonzero(ch.tasks());
   // Each chunk's top k, sorted where it was found; then each row's sorted lists merged
   // pairwise, a level at a time, every merge of a level in parallel and keeping only the
-  // k best. One sort of a row's merged candidates on one thread was the whole cost of a
-  // permutation (1 x 2^20, k = 2^20, 2 threads: 153 -> 123 ms, torch 140-154).
+  // k best: one sort on one thread was the whole cost of a permutation (docs/methods.md).
   std::vector<std::vector<Keyed>> top(ch.tasks());
   std::vector<double> floors(r.rows, Weights::kNone);
   if (use_floor) {
