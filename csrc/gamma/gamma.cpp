@@ -22,8 +22,7 @@ namespace {
 // Method "auto": Marsaglia-Tsang, the fastest exact generator for every alpha measured,
 // float32 and float64 (docs/benchmarks.md, "Gamma generation"). On these GPUs the cost is
 // the instructions per candidate, not divergence (the kernel does not wait on slow
-// lanes),
-// so its 2-5% rejection beats Cheng GA's cheaper but 13-32%-rejected candidates.
+// lanes), so its 2-5% rejection beats Cheng GA's cheaper but 13-32%-rejected candidates.
 Method auto_method(at::ScalarType /*dtype*/) { return Method::kMarsagliaTsang; }
 
 at::ScalarType acc_dtype(const at::Tensor& t) {
