@@ -3,6 +3,7 @@
 // contracts (torch.multinomial's for probabilities, sample_logits's for logits), their
 // error texts, and the composites the method tables fall back on.
 #include "multinomial/laws.h"
+#include "multinomial/shape.h"
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
@@ -24,6 +25,11 @@ struct Request {
   bool replacement;
   std::vector<int64_t> out_shape;
 };
+
+// What the method tables see of a request.
+inline Shape shape_of(const Request& r) {
+  return Shape{r.rows, r.n, r.k, r.replacement, r.logits, r.x.scalar_type() == at::kDouble};
+}
 
 // torch.multinomial's checks (shape, dtype, counts; no data read) -> the request.
 Request multinomial_request(const at::Tensor& input, int64_t num_samples, bool replacement);
