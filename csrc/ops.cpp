@@ -26,6 +26,12 @@ TORCH_LIBRARY(wrs, m) {
         "Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
 
+  // Which method multinomial (or sample_logits, with logits=True) takes for a call of this
+  // shape on `device` ("cpu" or "cuda"), by the method tables (csrc/multinomial/dispatch_*):
+  // for tests and the docs. On CUDA, `sms` is the GPU's multiprocessors and `capturing`
+  // whether the call is being captured into a CUDA graph.
+  m.def("_multinomial_route(str device, int rows, int n, int num_samples, bool replacement, *, bool logits=False, "
+        "bool float64=False, bool capturing=False, int sms=132) -> str");
   // Counts of total_count i.i.d. draws per category of each row of weights [..., M]
   // (int64 [..., M], exactly multinomial: a chain of exact binomials), without drawing them.
   m.def("multinomial_counts(Tensor weights, SymInt total_count, *, Generator? generator=None) -> Tensor",

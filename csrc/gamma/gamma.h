@@ -362,8 +362,8 @@ struct Element {
 
   // The boost's log U / alpha, with an exact log: it sets the law's tail towards 0. On the
   // GPU in float64, log U times 1 / alpha, which a pair keeps while its alphas repeat:
-  // there the division is a software sequence that each boost paid (the product is within
-  // an ulp of the quotient; float64 alpha 0.5, H200: 1.48x -> 1.52x torch). Where 1 / alpha
+  // there the division is a software sequence that each boost would pay (the product is
+  // within an ulp of the quotient; docs/methods.md, "Gamma and Dirichlet on CUDA"). Where 1 / alpha
   // overflows (alpha below 1 / max), the division. (In float the GPU's division is already
   // a reciprocal and a product; the CPU's is one instruction, and keeping the reciprocal
   // measured 2-8% slower there, float64 2^20 elements, 2 threads.)

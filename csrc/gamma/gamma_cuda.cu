@@ -61,12 +61,9 @@ struct SubsequenceBits {
 
 // Resident blocks per SM asked of the compiler (a register budget: 80 for float64, 48
 // for float): the loop is long chains of dependent operations, so warps matter, but not
-// at the price of spills. Float at 6 blocks (40 registers) spilled inside the loop, and
-// the spill's store was the kernel's most stalled instruction; at 5 it takes 46 and
-// spills nothing (float32 alpha 2, 2^26: 166 against 143 G/s at 6, 151 at 4; H100).
-// Float64 at 4 blocks (64 registers, Marsaglia-Tsang spilling 32 bytes) was 2-5% slower
-// than at 3, and at 5 up to 30% (H100, 2^26, against torch in one process: alpha 2
-// 1.53x at 4, 1.60x at 3, 1.08x at 5; alpha 0.5 1.38x, 1.40x, 1.28x).
+// at the price of spills: float at 6 blocks (40 registers) spills inside the loop, at 5
+// it takes 46 and spills nothing; float64 at 4 blocks spills (docs/methods.md, "Gamma and
+// Dirichlet on CUDA").
 template <typename scalar_t>
 constexpr int kMinBlocksPerSm = std::is_same_v<at::opmath_type<scalar_t>, double> ? 3 : 5;
 
@@ -131,8 +128,7 @@ __device__ void run_warp_pairs(int count, int64_t first_subsequence, const Philo
     // Every lane loads its next pair's alphas on every trip (a lane still on its pair
     // the same ones again, from L1), so only the load writes those registers and nothing
     // waits for it before that pair starts, a trip or more later. Loading only after a
-    // finish left a move at the loop's end waiting on the load: 11% of the stall samples
-    // (Nsight Compute, float32, H100).
+    // finish leaves a move at the loop's end waiting on the load (docs/methods.md).
     load(min(next_p, last), next0, next1);
     if (finished && p < count) begin_pair();
     claimed += __popc(finishing);
@@ -281,8 +277,8 @@ struct Tile {
 #pragma unroll
     for (int j = 0; j < kItems; ++j) v[j] = j < count ? in[first + int64_t{j} * kRowThreads] : -INFINITY;
   }
-  // max and exp_sum run over the padding too: branches around each exp kept the compiler
-  // from overlapping them (float64 65,536 x 1,000: 573 us against torch.softmax's 356).
+  // max and exp_sum run over the padding too: branches around each exp keep the compiler
+  // from overlapping them (docs/methods.md, "Gamma and Dirichlet on CUDA").
   __device__ acc_t max() const {
     acc_t m = -INFINITY;
 #pragma unroll
@@ -466,8 +462,7 @@ at::Tensor standard_gamma_cuda(const at::Tensor& alpha, c10::string_view method,
 // | <= 8,192     | the block x 32                | 1              | a warp holds 1,024 values  |
 // | longer       | chunks of 8,192, a block      |                | a block per row leaves the |
 // |              | each; two kernels             |                | GPU idle when rows are few |
-// |              |                               |                | (8 x 2^21: 5 ms, torch     |
-// |              |                               |                | 0.43)                      |
+// |              |                               |                | (docs/methods.md)          |
 template <typename acc_t, typename out_t, int kRowThreads, int kItems, int kRows>
 void launch_tile_rows(const at::Tensor& log_g, at::Tensor& out, int64_t rows, int64_t k, uint32_t* status) {
   const int64_t blocks = ceil_div(rows, int64_t{kThreads / kRowThreads * kRows});
@@ -503,10 +498,9 @@ void normalise_log_rows(const at::Tensor& log_g, at::Tensor& out, int64_t rows, 
 
 // Dirichlet rows without a gradient: the composite's log-gammas (the same standard_gamma
 // call, so the same draws for a seed), then one normalising kernel that also finds the
-// invalid rows. It replaced at::softmax plus a check pass (0.2 ms at 65,536 x 1,000) and,
-// before that, a fused warp-per-row kernel that generated the gammas in the row's warp:
-// its float64 log-sum-exp and per-row tails cost more than the second pass (H100,
-// docs/benchmarks.md).
+// invalid rows: less than at::softmax plus a check pass, and than a warp per row that
+// generates the gammas itself, whose float64 log-sum-exp and per-row tails cost more than
+// the second pass (docs/methods.md, "Gamma and Dirichlet on CUDA").
 at::Tensor dirichlet_rows_cuda(const at::Tensor& concentration, bool validate, std::optional<at::Generator> generator) {
   constexpr const char* kOp = "dirichlet";
   check_floating(concentration, kOp, "concentration");

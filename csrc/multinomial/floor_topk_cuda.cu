@@ -177,26 +177,6 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-// The table above kMaxFloorRow (kernels_cuda.cuh), a line a row.
-struct FloorClass {
-  int64_t items_from, items_up_to;  // per row
-  int64_t rows_from;
-};
-constexpr FloorClass kFloorClasses[] = {
-    // {items per row from, up to, rows from}
-    {1000, 8192, 1},
-    {8193, 16384, 32},
-    {16385, kMaxFloorRow, 128},
-};
-
-bool floor_topk_serves(int64_t rows, int64_t n, int64_t k) {
-  if (k < 2 || k > kMaxTopK || rows > INT32_MAX) return false;
-  for (const FloorClass& c : kFloorClasses) {
-    if (n >= c.items_from && n <= c.items_up_to && rows >= c.rows_from) return true;
-  }
-  return false;
-}
-
 void draw_floor_topk(const DrawCall& call) {
   TORCH_INTERNAL_ASSERT(floor_topk_serves(call.rows, call.n, call.k));
   const size_t shared_bytes = static_cast<size_t>((call.n + 3) / 4) * sizeof(float);

@@ -20,7 +20,7 @@
 // E_i / w_i), so every draw's law is within 2^-49 relative of the exact one, and within
 // 2^-49 in total variation (the quantized law's bound is 2^-33: 2^-33 / N for each of N
 // items). One draw is the same law either way, so on CUDA one draw per row from many
-// logits takes the race (multinomial_cuda.cu's table).
+// logits takes the race (dispatch_cuda.cpp).
 #include "common/quantize.h"
 #include "common/checks.h"
 #include "common/macros.h"

@@ -1,7 +1,7 @@
 #pragma once
 // Float bounds on race keys (laws.h: w / E for probabilities, x / T - log E for logits),
 // from the high 32 of the 64 random bits that exponential() takes: every race kernel
-// (topk_cuda.cu, race_cuda.cu) rules out with them the items whose keys cannot win, so
+// (topk_*_cuda.cu, race_cuda.cu) rules out with them the items whose keys cannot win, so
 // that most items skip their low word and the float64 log. Each bound holds for the
 // float64 key exactly; the margins cover the float errors named beside them.
 #include "multinomial/laws.h"

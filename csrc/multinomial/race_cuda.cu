@@ -2,7 +2,7 @@
 // (laws.h), the item with the largest race key. Its keys are those of every race kernel
 // (item quad q of row r from Philox subsequence r * quads + q: the high words from the
 // call's offset, the low words from the block after), so the draw is the first draw
-// without replacement that topk_cuda.cu's kernels make with the same seed.
+// without replacement that the top-k kernels (topk_*_cuda.cu) make with the same seed.
 //
 // One read of the row and one launch (the LLM decode case: a few rows of 32,000-152,000
 // logits, where each launch and each extra pass is time the call feels):

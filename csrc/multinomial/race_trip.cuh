@@ -1,7 +1,8 @@
 #pragma once
 // One trip of a thread over its quads of a row, keeping the thread's running best race
 // key: the inner loop of the one-draw race (race_cuda.cu) and of the two-pass top-k's
-// chunk maxima (topk_cuda.cu). Item quad q of row r takes Philox subsequence r * quads + q
+// chunk maxima (topk_two_pass_cuda.cu); and quad_keys, the keys of one quad, which every
+// top-k kernel draws. Item quad q of row r takes Philox subsequence r * quads + q
 // (row_sub + q): the high words from the call's offset, the low words from the block
 // after, as every race kernel's keys.
 //
@@ -19,6 +20,43 @@
 #include <type_traits>
 
 namespace wrs::multinomial {
+
+// Draws the keys of a lane's quad q (items 4q .. 4q + 3 of row xr, Philox subsequence
+// `sub`): kNone past the row's end, and for items that surely_below rules out against
+// `beat` (which the keys only ever have to beat more), the kNone that is never admitted.
+template <typename scalar_t, typename Weights>
+__device__ inline void quad_keys(const scalar_t* xr, int64_t n, int64_t q, uint64_t sub, const Weights& wts,
+                          const PhiloxSeed& seed, double beat, double (&key)[4], uint32_t& flags,
+                          unsigned long long& nonzero) {
+  const uint4 high = philox_block_cuda(seed, sub);
+  const uint32_t hi[4] = {high.x, high.y, high.z, high.w};
+  double v[4];
+  bool full[4];
+  bool any_full = false;
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    key[h] = Weights::kNone;
+    full[h] = false;
+    if (4 * q + h >= n) continue;
+    v[h] = static_cast<double>(xr[4 * q + h]);
+    flags |= Weights::kLogits ? LogitWeights::flags(v[h]) : weight_flags(v[h]);
+    const bool nz = Weights::nonzero(v[h]);
+    nonzero += nz;
+    if (!nz) {
+      key[h] = wts.key(v[h], 1.0);  // a zero weight's key does not depend on E
+    } else if (!surely_below(wts, v[h], hi[h], beat)) {
+      full[h] = true;
+      any_full = true;
+    }
+  }
+  if (!any_full) return;
+  const uint4 low = philox_block_cuda(PhiloxSeed{seed.seed, seed.offset + 4}, sub);
+  const uint32_t lo[4] = {low.x, low.y, low.z, low.w};
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    if (full[h]) key[h] = wts.key(v[h], exponential(lo[h], hi[h]));
+  }
+}
 
 // Values as the bounds take them: float for every input but float64 (exact either way).
 template <typename scalar_t>

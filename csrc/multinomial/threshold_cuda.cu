@@ -144,10 +144,6 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-bool threshold_serves(int64_t n, int64_t cands) {
-  return n >= kThresholdItemsPerCandidate * cands;
-}
-
 std::tuple<at::Tensor, at::Tensor> threshold_candidates(const DrawCall& call, const at::Tensor& keys, int64_t cands) {
   const int64_t rows = call.rows, n = call.n;
   // The sample's rank: its expected share of kept keys, cands / n, plus 4 standard
@@ -193,10 +189,8 @@ std::tuple<at::Tensor, at::Tensor> threshold_candidates(const DrawCall& call, co
       kept_keys.mutable_data_ptr<float>(), kept_items.mutable_data_ptr<int64_t>(), call.status);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   // One long kept row: torch.sort, one device-wide radix sort, costs less than
-  // torch.topk's select and then its sort of the candidates (H200, 1 x 2^20, k = 1,024:
-  // 0.147 against 0.175 ms; 1 x 2^24, k = 2^20: 0.515 against 0.676); more rows, or
-  // shorter: torch.topk (8 x 2^20, k = 1,024: 0.253 against 0.244; 64 x 2^20: 1.02
-  // against 0.92; 1 x 128,256: 0.141 against 0.129).
+  // torch.topk's select and then its sort of the candidates; more rows, or shorter:
+  // torch.topk (docs/methods.md, "More than 64 draws without replacement").
   if (rows == 1 && cap > kSortKeptFrom) {
     auto [sorted, pos] = kept_keys.sort(-1, /*descending=*/true);
     const at::Tensor first = pos.narrow(-1, 0, cands);

@@ -19,30 +19,13 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarp;
-constexpr int64_t kMaxShortRowSamples = 1024;      // rows of up to 32 items: samples per row
-constexpr int64_t kMaxShortRowDraws = int64_t{1} << 18;  // and per call
 constexpr int64_t kOwnerSearches = 8;  // samples a row up to which owners search their registers
 
-// How a row's draws find their items, by the call (H100, us a call, in one process, held
-// units / lane bounds; docs/benchmarks.md):
-//
-// | samples | items in  | row    | method | why                                          |
-// | a row   | the call  | length |        |                                              |
-// | ------- | --------- | ------ | ------ | -------------------------------------------- |
-// | k <= 8  | >= 2^21   | > 32   | lane   | no units pass: the lanes' sums bound their   |
-// |         |           |        | bounds | units and only the drawn lane's items are    |
-// |         |           |        |        | quantized. 65,536 x 1,000 bfloat16, k = 1:   |
-// |         |           |        |        | 516 / 177 (384 when the owner lane computed  |
-// |         |           |        |        | its units again), k = 8: 732 / 268;          |
-// |         |           |        |        | 1,048,576 x 100 float32, k = 1: 959 / 408,   |
-// |         |           |        |        | k = 8: 1,480 / 778; x 50, k = 4: 484 / 413;  |
-// |         |           |        |        | logits 16,384 x 1,000, k = 2: 389 / 147      |
-// | other   |           |        | held   | up to 32 items a row a lane holds 4, which   |
-// |         |           |        | units  | cost less than the bounds' steps a sample:   |
-// |         |           |        |        | 1,048,576 x 4, k = 8: 312 / 511; x 18,       |
-// |         |           |        |        | bfloat16, k = 8: 344 / 522; float64, k = 1:  |
-// |         |           |        |        | 239 / 303; and a small call waits on those   |
-// |         |           |        |        | steps (64 x 500 float32, k = 8: 29 / 32)     |
+// How a row's draws find their items (docs/methods.md, "Warp rows: lane bounds or held
+// units"): up to kBoundedRowSamples draws a row from rows over kHeldOnlyRow items in calls
+// of kBoundedFromItems or more take lane bounds (no units pass: the lanes' sums bound
+// their units, and only the drawn lane's items are quantized); the others hold their
+// units, which cost less than the bounds' steps a sample where a lane holds a few items.
 constexpr int64_t kBoundedRowSamples = 8;
 constexpr int64_t kHeldOnlyRow = 32;
 constexpr int64_t kBoundedFromItems = int64_t{1} << 21;
@@ -99,8 +82,8 @@ __device__ inline void draw_against_lane_bounds(const Weights& wts, const RowLaw
   const uint64_t bound_before = bound_through - bound;
   for (int64_t s0 = s_begin; s0 < s_end; s0 += LANES) {
     // Attempt 0 of the row's next LANES samples at once, lane t's Philox block for sample
-    // s0 + t (the row's lanes computing each sample's block in turn took 1,048,576 x 18,
-    // k = 8, from 0.52 to 0.74 ms); then each sample's point in turn.
+    // s0 + t (not each sample's block in turn by the row's lanes; docs/methods.md); then
+    // each sample's point in turn.
     uint64_t first_point = 0;
     if (s0 + l < s_end) {
       const uint4 r = philox_block_cuda(seed, static_cast<uint64_t>(row * k + s0 + l));
@@ -221,10 +204,8 @@ __device__ inline void draw_from_held_units(const Weights& wts, const RowLaw& la
 // searches, and the next row group's inputs are loaded while the warp works on this one.
 // With bounds, float and half rows are not prefetched (their loads go out together at the
 // start of each group instead): at 32 items a lane the held kernel takes 254 registers,
-// one block an SM, the bounded one 64-80, three blocks. Doubles keep
-// the prefetch, which measured faster for them and slower for narrower types when the
-// owner lane computed its units again (65,536 x 500 float64, k = 1: 215 against 308 us;
-// 1,048,576 x 100 bfloat16: 695 against 624), with the same loads as the bounds.
+// one block an SM, the bounded one 64-80, three blocks. Doubles keep the prefetch, which
+// measured faster for them and slower for narrower types (docs/methods.md, "Warp rows").
 //
 // Resident blocks asked of the compiler: with units held, its own choice (0: none); the
 // bounded kernel without spills, at least 3 blocks an SM where rows are not prefetched.
@@ -270,8 +251,7 @@ __global__ void __launch_bounds__(kThreads, kWarpRowsMinBlocks<scalar_t, BOUNDED
     const int64_t row = group * kRowsPerWarp + lane / LANES;
     const bool valid = row < rows;
     // Without the prefetch, the group's loads all go out first, each unconditional (an
-    // index clamped into the input): loads under a branch each waited for the one before
-    // (ncu, H100, 65,536 x 1,000 bfloat16: most of the warps' cycles stalled on them).
+    // index clamped into the input): loads under a branch each wait for the one before.
     scalar_t loaded[kPrefetch ? 1 : ITEMS];
     if constexpr (!kPrefetch) {
       const int64_t first = (valid ? row : rows - 1) * n;
@@ -352,15 +332,6 @@ void launch_for_length(const DrawCall& call, const Weights& wts) {
 }
 
 }  // namespace
-
-bool warp_rows_serve(int64_t rows, int64_t n, int64_t k, bool float64) {
-  if (n > (float64 ? 512 : kMaxWarpRow)) return false;
-  // Beyond 64 samples each sample walks its owner lane's items again, which costs more
-  // than alias tables (one lookup) unless a lane holds few items and the call is small:
-  // 1 x 100, k = 1,024: 0.056 against 0.050 ms; 8 x 18: 0.043 against 0.050;
-  // 4,096 x 18: 0.092 against 0.056 (scripts/profile_cases.py many, H100).
-  return k <= kWarpRowSlice || (n <= 32 && k <= kMaxShortRowSamples && rows * k <= kMaxShortRowDraws);
-}
 
 void draw_warp_rows(const DrawCall& call) {
   TORCH_INTERNAL_ASSERT(warp_rows_serve(call.rows, call.n, call.k, call.x.scalar_type() == at::kDouble));
