@@ -151,3 +151,12 @@ def multinomial_value_error(bad, k, replacement):
             return r"^invalid multinomial distribution \(encountering probability entry = infinity or NaN\)$"
         return r"^invalid multinomial distribution \(encountering probability entry < 0\)$"
     return r"^probability tensor contains either `inf`, `nan` or element < 0$"
+
+
+def assert_route(x, k, replacement, method, logits=False):
+    """Asserts that a call on x takes `method` (csrc/multinomial/dispatch_*.cpp), so that a
+    test named for a method keeps testing it when a threshold moves."""
+    from torch_wrs.multinomial import _route
+
+    got = _route(x, k, replacement, logits=logits)
+    assert got == method, f"{tuple(x.shape)} k={k} replacement={replacement} logits={logits}: {got}, not {method}"

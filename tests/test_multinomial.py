@@ -10,7 +10,7 @@ import torch
 import torch_wrs
 from conftest import requires_cuda
 from torch_wrs.multinomial import _categorical_logits
-from helpers import RecordingMode, every_key_draws, g_test_pvalue, multinomial_value_error
+from helpers import RecordingMode, assert_route, every_key_draws, g_test_pvalue, multinomial_value_error
 
 P_MIN = 1e-4
 
@@ -414,6 +414,7 @@ def test_gpu_inverse_cdf_law_1e8(rows, n, k, calls):
     """The inverse CDF over chunks (few rows, split over blocks; up to 1,024 draws a row)
     and over whole rows (a block per row): 1e8 draws (2.6e5 for the single decode row and
     2e7 for 8 rows of 1,024 draws, whose launches dominate) pooled over identical rows."""
+    assert_route(torch.empty(rows, n, device="cuda"), k, True, "inverse_cdf")
     g = torch.Generator().manual_seed(70 + n)
     w = torch.rand(n, generator=g, dtype=torch.float64) ** 4
     w[::5] = 0
@@ -556,6 +557,7 @@ def test_gpu_stored_cdf_guide_table_same_draws(dtype):
 def test_gpu_stored_cdf_whole_rows_errors_and_range():
     """The stored CDF with a block per row (enough rows to fill the GPU): torch's errors
     for bad values and zero rows, in-range draws that never take a zero weight."""
+    assert_route(torch.empty(2200, 3000, device="cuda"), 150, True, "cdf_search")
     w = torch.rand(2200, 3000, device="cuda") + 0.1
     w[:, ::7] = 0
     s = torch_wrs.multinomial(w, 150, True)
@@ -576,6 +578,7 @@ def test_gpu_stored_cdf_whole_rows_errors_and_range():
 def test_gpu_topk_chunks_first_two_draws(rows, n, k, calls):
     """Without replacement, few long rows (chunks merged by a second kernel; k = 50 needs
     two slots per lane): first draw law p, second p_j sum_{i != j} p_i / (1 - p_i)."""
+    assert_route(torch.empty(rows, n, device="cuda"), k, False, "two_pass_topk" if k > 32 else "warp_topk")
     g = torch.Generator().manual_seed(80 + n)
     w = torch.rand(n, generator=g, dtype=torch.float64) ** 8
     w[::3] = 0
@@ -670,6 +673,7 @@ def test_gpu_one_draw_race_equals_the_keys_and_torch_topk(rows, n, dtype):
 def test_gpu_one_draw_race_law_1e8():
     """The race kernel's law: 1e8 draws over 3,800 rows of 1,100 float32 weights a call
     (rows x n within what the race serves), zeros and a skew included."""
+    assert_route(torch.empty(3800, 1100, device="cuda"), 1, True, "race")
     g = torch.Generator().manual_seed(17)
     w = torch.rand(1100, generator=g, dtype=torch.float64) ** 2
     w[::11] = 0
@@ -692,6 +696,7 @@ def test_gpu_thread_rows_from_many_rows_equal_the_keys_and_torch_topk(rows, n, d
     one draw from logits of more than 128 items, take a thread per row: exactly the first
     k of the keys that every-key-and-torch.topk ranks (n = 4,099 goes to the warp top-k:
     the same draws)."""
+    assert_route(torch.empty(rows, n, device="cuda"), 1, True, "thread_topk" if n <= 4096 else "warp_topk", logits=True)
     g = torch.Generator().manual_seed(n + rows)
     w = (torch.rand(rows, n, generator=g, dtype=torch.float64) ** 4).to(dtype)
     w[:, 1::7] = 0
@@ -784,6 +789,7 @@ def test_gpu_two_pass_topk_classes_draw_the_keys(rows, n, k, law):
     """Each line of two_pass_serves' table that the test above does not reach (few draws
     from large calls, more than 256 and more than 1,024 rows) draws exactly the first k of
     the keys that every-key-and-torch.topk ranks, no index twice."""
+    assert_route(torch.empty(rows, n, device="cuda"), k, False, "two_pass_topk", logits=law != "probs")
     g = torch.Generator().manual_seed(rows + k)
     w = torch.rand(rows, n, generator=g) ** 4
     w[:, ::13] = 0
@@ -824,6 +830,7 @@ def test_gpu_floor_topk_draws_the_keys(rows, n, k, layout, dtype, law):
     read again), and with a few heavy items, it draws exactly the first k of the keys that
     every-key-and-torch.topk ranks, no index twice; from probabilities and their logs,
     odd row lengths (rows not aligned to a quad) included."""
+    assert_route(torch.empty(rows, n, device="cuda"), k, False, "floor_topk", logits=law != "probs")
     g = torch.Generator().manual_seed(rows * n + k)
     w = _floor_rows(layout, rows, n, g).double()
     x = w.to(dtype).cuda() if law == "probs" else w.log().to(dtype).cuda()
@@ -859,6 +866,7 @@ def test_gpu_float_keys_rank_as_the_float64_keys(rows, n, k, zeros, logits):
     values in float64, whose float keys are the float64 keys rounded. At k = 12,000 the
     keys around the k-th lie about 1e-4 apart relatively, so some runs are within the
     error of approximate keys."""
+    assert_route(torch.empty(rows, n, device="cuda"), k, False, "keys_topk", logits=logits)
     g = torch.Generator().manual_seed(n + k)
     x = torch.randn(rows, n, generator=g) * 3 if logits else torch.rand(rows, n, generator=g)
     if zeros:
@@ -930,6 +938,7 @@ def test_gpu_threshold_candidates_equal_the_keys_and_torch_topk(layout, rows, n,
     would draw item 0, a zero weight, from the unfilled places), where the
     keys fall along the row, all weights equal, and logits with -inf. The draws are exactly
     the first k of the keys that every-key-and-torch.topk ranks."""
+    assert_route(torch.empty(rows, n, device="cuda"), k, False, "keys_topk")
     w = _many_draws_weights(layout, rows, n, k)
     x = w.float().cuda()
     sample = _logits_without_replacement if layout == "logits" else _without_replacement
@@ -1070,6 +1079,7 @@ def test_gpu_short_rows_in_slices_law(n):
     """Short rows with more than 64 samples: a row's samples cut into slices over warps
     (1,000 a row: slices of 63 and a shorter last one). 1e7 draws pooled over 3 identical
     rows, and each sample position's first draws against the same law."""
+    assert_route(torch.empty(3, n, device="cuda"), 1000, True, "warp_rows")
     g = torch.Generator().manual_seed(90 + n)
     w = torch.rand(n, generator=g, dtype=torch.float64) ** 3
     w[::3] = 0

@@ -26,8 +26,8 @@ def multinomial(
     With replacement every method samples the alias tables' quantized law (each
     probability within ``2**-33 / N`` of ``w / W``, zero weights never drawn); without, the
     ``num_samples`` largest race keys ``w / E``, ``E ~ Exp(1)``, in decreasing order (the
-    order sequential draws would give). The method is chosen per shape
-    (``csrc/multinomial/multinomial_cuda.cu``, ``multinomial_cpu.cpp``).
+    order sequential draws would give). The method is chosen per shape, by one table per
+    device (``csrc/multinomial/dispatch_cpu.cpp``, ``dispatch_cuda.cpp``).
 
     Parameters
     ----------
@@ -79,6 +79,23 @@ def multinomial(
 def _dtype_name(dtype):
     """torch's C++ name of a dtype (Float, Long, ...), as its error texts print it."""
     return torch.empty((), dtype=dtype, device="meta").type().rsplit(".", 1)[-1].replace("Tensor", "")
+
+
+def _route(input: torch.Tensor, num_samples: int, replacement: bool = False, *, logits: bool = False) -> str:
+    """The method that ``multinomial`` (or, with ``logits=True``, the categorical sampler from
+    logits) takes for ``input`` on its device, by the method tables in
+    ``csrc/multinomial/dispatch_cpu.cpp`` and ``dispatch_cuda.cpp``: for tests and the docs.
+    """
+    rows = input.numel() // input.shape[-1] if input.dim() and input.shape[-1] else 0
+    n = input.shape[-1] if input.dim() else 1
+    if input.device.type == "cuda":
+        sms = torch.cuda.get_device_properties(input.device).multi_processor_count
+        capturing = torch.cuda.is_current_stream_capturing()
+        return torch.ops.wrs._multinomial_route("cuda", max(rows, 1), max(n, 1), num_samples, replacement,
+                                                logits=logits, float64=input.dtype == torch.float64,
+                                                capturing=capturing, sms=sms)
+    return torch.ops.wrs._multinomial_route("cpu", max(rows, 1), max(n, 1), num_samples, replacement, logits=logits,
+                                            float64=input.dtype == torch.float64)
 
 
 def _categorical_logits(
