@@ -6,6 +6,7 @@
 #   bash scripts/run.sh gamma-sweep   the same for standard_gamma, dirichlet and beta
 #   bash scripts/run.sh contended-sweep   multinomial against torch while busy loops compete for the cores
 #   bash scripts/run.sh docs   build the documentation site (Sphinx, warnings as errors) into build/docs
+#   bash scripts/run.sh wheel  build the wheel (pip wheel .), install it into a clean venv, run its smoke test
 # It uses the python3 that already has torch (the GPU machine) and otherwise makes .venv
 # with the CPU build of torch 2.13, and builds the extension in place (PYTHONPATH is set to
 # this folder; `pip install --no-build-isolation -e .` makes it importable from anywhere).
@@ -58,6 +59,19 @@ case "$what" in
     echo "== the documentation site (warnings are errors): build/docs/index.html"
     exec $PY -m sphinx -W --keep-going -q -b html docs build/docs "$@"
     ;;
+  wheel)
+    echo "== pip wheel . into build/wheel, then a clean venv with torch 2.13 and the wheel (a few minutes)"
+    rm -rf build/wheel build/wheel-venv
+    $PY -m pip wheel -q --no-build-isolation --no-deps -w build/wheel . > build/wheel.log 2>&1 || { tail -40 build/wheel.log; exit 1; }
+    ls build/wheel
+    $PY -m venv build/wheel-venv
+    torch_version="$($PY -c 'import torch; print(torch.__version__.split("+")[0])')"
+    # Without PYTHONPATH (this checkout): pip would take its egg-info for the package installed.
+    unset PYTHONPATH
+    build/wheel-venv/bin/python -m pip install -q "torch==$torch_version" numpy build/wheel/torch_wrs-*.whl
+    # From outside the checkout, so that the installed package is the one imported.
+    cd /tmp && exec "$OLDPWD/build/wheel-venv/bin/python" "$OLDPWD/scripts/wheel_smoke.py"
+    ;;
   test)
     $PY -m pytest tests -q -p no:cacheprovider "$@"
     echo "== C++: LibTorch build, then the TorchScript and AOTInductor tests (they load what pytest exported)"
@@ -69,7 +83,7 @@ case "$what" in
     ctest --test-dir build/cmake --output-on-failure
     ;;
   *)
-    echo "usage: bash scripts/run.sh demo|test|sweep|gamma-sweep|contended-sweep|docs [args]" >&2
+    echo "usage: bash scripts/run.sh demo|test|sweep|gamma-sweep|contended-sweep|docs|wheel [args]" >&2
     exit 2
     ;;
 esac
