@@ -329,7 +329,7 @@ def test_cpu_draws_against_bounds_law(shape, k, dtype, logits):
     x = (torch.where(w > 0, w.log(), -math.inf) if logits else w).to(dtype).expand(shape).contiguous()
     law = torch.where(w > 0, x[0].double().exp(), 0.0) if logits else x[0].double()
     gen = torch.Generator().manual_seed(65)
-    draw = (lambda: torch_wrs.sample_logits(x, k, generator=gen)) if logits else \
+    draw = (lambda: _categorical_logits(x, k, generator=gen)) if logits else \
         (lambda: torch_wrs.multinomial(x, k, True, generator=gen))
     counts = sum(torch.bincount(draw().reshape(-1), minlength=shape[-1]) for _ in range(-(-400_000 // (shape[0] * k))))
     assert g_test_pvalue(counts, law) > P_MIN
@@ -374,8 +374,8 @@ def test_cpu_sampled_floor_draws_the_keys(layout, rows, n, k):
     w = _many_draws_weights(layout, rows, n, k)
     if layout == "logits":
         def sample(k_draws):
-            return torch_wrs.sample_logits(w, k_draws, temperature=0.6, replacement=False,
-                                           generator=torch.Generator().manual_seed(9))
+            return _categorical_logits(w, k_draws, temperature=0.6, replacement=False,
+                                       generator=torch.Generator().manual_seed(9))
         nonzero = int((w > -math.inf).sum(-1).min())
     else:
         def sample(k_draws):
@@ -526,7 +526,7 @@ def test_gpu_many_draws_law_1e8(rows, n, k, calls, logits):
     gen = torch.Generator("cuda").manual_seed(91)
     counts = torch.zeros(n, dtype=torch.int64, device="cuda")
     for _ in range(calls):
-        s = torch_wrs.sample_logits(x, k, generator=gen) if logits else torch_wrs.multinomial(x, k, True, generator=gen)
+        s = _categorical_logits(x, k, generator=gen) if logits else torch_wrs.multinomial(x, k, True, generator=gen)
         counts += torch.bincount(s.reshape(-1), minlength=n)
     assert counts.sum() >= 1e8
     assert g_test_pvalue(counts, law) > P_MIN
@@ -602,7 +602,7 @@ def _without_replacement(x, k, generator):
 
 
 def _logits_without_replacement(x, k, generator):
-    return torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False, generator=generator)
+    return _categorical_logits(x, k, temperature=0.6, replacement=False, generator=generator)
 
 
 def _assert_draws_the_keys(x, k, law, seed):
@@ -875,7 +875,7 @@ def test_gpu_float_keys_rank_as_the_float64_keys(rows, n, k, zeros, logits):
     def sample(t):
         gen = torch.Generator("cuda").manual_seed(k)
         if logits:
-            return torch_wrs.sample_logits(t, k, temperature=0.7, replacement=False, generator=gen)
+            return _categorical_logits(t, k, temperature=0.7, replacement=False, generator=gen)
         return torch_wrs.multinomial(t, k, False, generator=gen)
 
     ours = sample(x.cuda())
@@ -1067,7 +1067,7 @@ def test_gpu_one_draw_from_tiny_rows_law(n, dtype):
     assert counts[n // 2] == 0
     assert g_test_pvalue(counts, w.double()) > P_MIN
     logits = w.double().log().to(dtype).cuda().expand(rows, n).contiguous()
-    counts = sum(torch.bincount(torch_wrs.sample_logits(logits, generator=gen).reshape(-1), minlength=n)
+    counts = sum(torch.bincount(_categorical_logits(logits, generator=gen).reshape(-1), minlength=n)
                  for _ in range(10))
     assert counts[n // 2] == 0
     assert g_test_pvalue(counts, torch.softmax(logits[0].double(), -1).cpu()) > P_MIN

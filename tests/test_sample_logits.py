@@ -1,5 +1,6 @@
-"""sample_logits (softmax(logits / T) without writing the softmax) and the Categorical /
-OneHotCategorical drop-ins: the law (G-tests with fixed seeds, 1e8 draws on the GPU),
+"""The categorical sampler from logits (torch.ops.wrs.sample_logits: softmax(logits / T)
+without writing the softmax; torch_wrs.sample_logits is the LLM sampler, tests/test_llm.py)
+and the Categorical / OneHotCategorical drop-ins: the law (G-tests with fixed seeds, 1e8 draws on the GPU),
 errors, and the machinery (opcheck, compile, TorchScript, CUDA graphs)."""
 import os
 
@@ -9,6 +10,7 @@ import torch
 import torch_wrs
 from conftest import requires_cuda
 from helpers import every_key_draws, g_test_pvalue
+from torch_wrs.multinomial import _categorical_logits
 from test_multinomial import _logits_without_replacement, _second_draw_law
 
 P_MIN = 1e-4
@@ -27,7 +29,7 @@ def test_law_with_replacement(device, dtype, n, k, rows):
     logits[::7] = float("-inf")
     x = logits.to(device).expand(rows, n).contiguous()
     gen = torch.Generator(device).manual_seed(1)
-    counts = sum(torch.bincount(torch_wrs.sample_logits(x, k, temperature=0.7, generator=gen).reshape(-1), minlength=n)
+    counts = sum(torch.bincount(_categorical_logits(x, k, temperature=0.7, generator=gen).reshape(-1), minlength=n)
                  for _ in range(400_000 // (rows * k)))
     assert g_test_pvalue(counts, _softmax(logits.double(), 0.7)) > P_MIN
 
@@ -36,7 +38,7 @@ def test_without_replacement_first_two_draws(device):
     g = torch.Generator().manual_seed(5)
     logits = torch.randn(40, generator=g) * 2
     logits[::5] = float("-inf")
-    s = torch_wrs.sample_logits(logits.to(device).expand(200_000, 40), 6, replacement=False,
+    s = _categorical_logits(logits.to(device).expand(200_000, 40), 6, replacement=False,
                                 generator=torch.Generator(device).manual_seed(6))
     assert (s.sort(-1).values.diff(dim=-1) != 0).all()
     p = _softmax(logits)
@@ -46,13 +48,13 @@ def test_without_replacement_first_two_draws(device):
 
 def test_shapes_and_empty(device):
     x = torch.randn(2, 3, 50, device=device)
-    assert torch_wrs.sample_logits(x).shape == (2, 3, 1)
-    assert torch_wrs.sample_logits(x, 5, replacement=False).shape == (2, 3, 5)
-    assert torch_wrs.sample_logits(torch.randn(0, 7, device=device), 2).shape == (0, 2)
+    assert _categorical_logits(x).shape == (2, 3, 1)
+    assert _categorical_logits(x, 5, replacement=False).shape == (2, 3, 5)
+    assert _categorical_logits(torch.randn(0, 7, device=device), 2).shape == (0, 2)
     nc = torch.randn(50, 6, device=device).T
     g = torch.Generator(device)
-    a = torch_wrs.sample_logits(nc, 3, generator=g.manual_seed(1))
-    assert torch.equal(a, torch_wrs.sample_logits(nc.contiguous(), 3, generator=g.manual_seed(1)))
+    a = _categorical_logits(nc, 3, generator=g.manual_seed(1))
+    assert torch.equal(a, _categorical_logits(nc.contiguous(), 3, generator=g.manual_seed(1)))
 
 
 @pytest.mark.parametrize("make,kwargs,message", [
@@ -69,6 +71,8 @@ def test_shapes_and_empty(device):
     (lambda d: torch.zeros(2, 0, device=d), {}, "at least one category"),
 ])
 def test_errors(device, make, kwargs, message):
+    """torch_wrs.sample_logits (the LLM sampler) raises for bad arguments, and for invalid
+    rows with check=True."""
     with pytest.raises(RuntimeError, match=message):
         torch_wrs.sample_logits(make(device), **kwargs)
 
@@ -111,13 +115,13 @@ def test_gpu_law_1e8():
     gen = torch.Generator("cuda").manual_seed(10)
     counts = torch.zeros(1000, dtype=torch.int64, device="cuda")
     for _ in range(10):
-        counts += torch.bincount(torch_wrs.sample_logits(x, 100, generator=gen).reshape(-1), minlength=1000)
+        counts += torch.bincount(_categorical_logits(x, 100, generator=gen).reshape(-1), minlength=1000)
     assert g_test_pvalue(counts, _softmax(logits)) > P_MIN
     v = torch.randn(128_256, generator=g) * 3
     x = v.to(torch.bfloat16).cuda().expand(64, 128_256).contiguous()
     counts = torch.zeros(128_256, dtype=torch.int64, device="cuda")
     for _ in range(2000):
-        counts += torch.bincount(torch_wrs.sample_logits(x, generator=gen).reshape(-1), minlength=128_256)
+        counts += torch.bincount(_categorical_logits(x, generator=gen).reshape(-1), minlength=128_256)
     assert g_test_pvalue(counts, _softmax(v.to(torch.bfloat16).double())) > P_MIN
 
 
@@ -135,7 +139,7 @@ def test_gpu_warp_rows_few_draws_law_1e7(n, k, dtype):
     rows = 50_003
     x = logits.cuda().expand(rows, n).contiguous()
     gen = torch.Generator("cuda").manual_seed(41)
-    counts = sum(torch.bincount(torch_wrs.sample_logits(x, k, temperature=0.9, generator=gen).reshape(-1),
+    counts = sum(torch.bincount(_categorical_logits(x, k, temperature=0.9, generator=gen).reshape(-1),
                                 minlength=n) for _ in range(10_000_000 // (rows * k) + 1))
     assert counts[::11].sum() == 0
     assert g_test_pvalue(counts, _softmax(logits.double(), 0.9)) > P_MIN
@@ -154,7 +158,7 @@ def test_gpu_one_draw_race_law_1e8(rows, calls, batch):
     gen = torch.Generator("cuda").manual_seed(13)
     counts = torch.zeros(1100, dtype=torch.int64, device="cuda")
     for _ in range(calls):
-        draws = torch.cat([torch_wrs.sample_logits(x, temperature=0.7, generator=gen) for _ in range(batch)])
+        draws = torch.cat([_categorical_logits(x, temperature=0.7, generator=gen) for _ in range(batch)])
         counts += torch.bincount(draws.reshape(-1), minlength=1100)
     assert counts.sum() >= 1e8
     assert counts[::11].sum() == 0
@@ -179,7 +183,7 @@ def test_gpu_one_draw_over_chunks_law_1e8(dtype):
     gen = torch.Generator("cuda").manual_seed(15)
     counts = torch.zeros(n, dtype=torch.int64, device="cuda")
     for _ in range(100_000):
-        counts += torch.bincount(torch_wrs.sample_logits(x, temperature=0.7, generator=gen).reshape(-1), minlength=n)
+        counts += torch.bincount(_categorical_logits(x, temperature=0.7, generator=gen).reshape(-1), minlength=n)
     assert counts.sum() == 1e8
     assert counts[::11].sum() == 0 and counts[7168:14_336].sum() == 0 and counts[16_000:].sum() == 0
     assert g_test_pvalue(counts, _softmax(logits.double(), 0.7)) > P_MIN
@@ -200,7 +204,7 @@ def test_gpu_one_draw_over_chunks_huge_logits():
     gen = torch.Generator("cuda").manual_seed(16)
     counts = torch.zeros(n, dtype=torch.int64, device="cuda")
     for _ in range(500):
-        counts += torch.bincount(torch_wrs.sample_logits(x, temperature=0.5, generator=gen).reshape(-1), minlength=n)
+        counts += torch.bincount(_categorical_logits(x, temperature=0.5, generator=gen).reshape(-1), minlength=n)
     assert counts.sum() == 32_000 and counts[[7, 40_000, 99_999]].sum() == 32_000
     p = torch.zeros(n, dtype=torch.float64)
     p[[7, 40_000, 99_999]] = 1 / 3
@@ -209,7 +213,7 @@ def test_gpu_one_draw_over_chunks_huge_logits():
         y = x.clone()
         y[5, 60_000] = bad
         with pytest.raises(RuntimeError, match="logits contains NaN or \\+inf"):
-            torch_wrs.sample_logits(y)
+            _categorical_logits(y)
 
 
 @requires_cuda
@@ -223,7 +227,7 @@ def test_gpu_thread_rows_one_draw_law_1e8():
     gen = torch.Generator("cuda").manual_seed(30)
     counts = torch.zeros(1000, dtype=torch.int64, device="cuda")
     for _ in range(1526):  # 1,526 x 65,536 = 1.0e8
-        counts += torch.bincount(torch_wrs.sample_logits(x, 1, temperature=0.8, generator=gen).reshape(-1),
+        counts += torch.bincount(_categorical_logits(x, 1, temperature=0.8, generator=gen).reshape(-1),
                                  minlength=1000)
     assert counts.sum() >= 1e8
     assert counts[::9].sum() == 0
@@ -243,11 +247,11 @@ def test_gpu_race_from_logits_equals_the_keys_and_torch_topk(rows, n, dtype):
     x[:, 3::11] = float("-inf")
     reference = every_key_draws(_logits_without_replacement, x, 100, 7, logits=True)
     for k in (2, 8, 33, 64, 100):
-        ours = torch_wrs.sample_logits(x, k, temperature=0.6, replacement=False,
+        ours = _categorical_logits(x, k, temperature=0.6, replacement=False,
                                        generator=torch.Generator("cuda").manual_seed(7))
         assert torch.equal(ours, reference[:, :k]), k
     if rows * n >= 1 << 21:
-        one = torch_wrs.sample_logits(x, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
+        one = _categorical_logits(x, 1, temperature=0.6, generator=torch.Generator("cuda").manual_seed(7))
         assert torch.equal(one, reference[:, :1])
 
 
@@ -257,10 +261,10 @@ def test_gpu_race_from_logits_equals_the_keys_and_torch_topk(rows, n, dtype):
 def test_gpu_graph_capture_and_replay(rows, n, k, replacement):
     x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
     x[:, ::2] = float("-inf")
-    torch_wrs.sample_logits(x, k, replacement=replacement)
+    _categorical_logits(x, k, replacement=replacement)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        s = torch_wrs.sample_logits(x, k, temperature=0.9, replacement=replacement)
+        s = _categorical_logits(x, k, temperature=0.9, replacement=replacement)
     seen = []
     for _ in range(4):
         graph.replay()
@@ -295,7 +299,7 @@ def test_gpu_many_draws_at_a_tiny_temperature_rank_as_float64():
     g = torch.Generator().manual_seed(12)
     x = torch.randn(4, 3000, generator=g)
     x[:, ::7] = 0
-    draws = [torch_wrs.sample_logits(t.cuda(), 100, temperature=1e-39, replacement=False,
+    draws = [_categorical_logits(t.cuda(), 100, temperature=1e-39, replacement=False,
                                      generator=torch.Generator("cuda").manual_seed(13)) for t in (x, x.double())]
     assert torch.equal(draws[0], draws[1])
     assert (draws[0].sort(-1).values.diff(dim=-1) != 0).all()
