@@ -274,3 +274,21 @@ def test_interleave_places_each_part_in_label_order(parts):
     assert torch.equal(out % 1000, labels)
     for p in range(parts):
         assert torch.equal(out[labels == p] // 1000, torch.arange(int(counts[p])))
+
+
+def test_capacity_benchmark_sizes_itself_to_free_memory():
+    """The large table of `python -m torch_wrs.benchmark distributed` takes the most
+    categories that 12 bytes each over the ranks plus 20 GiB of scratch per GPU leave in
+    the free memory: 2^33 on two H100s (79 GiB free), 2^34 on two H200s (139 GiB) and on
+    four H100s; none where even 2^10 per rank does not fit."""
+    from torch_wrs.benchmark_distributed import fit_log2_categories
+
+    gib = 1 << 30
+    assert fit_log2_categories(79 * gib, 2) == 33
+    assert fit_log2_categories(139 * gib, 2) == 34
+    assert fit_log2_categories(79 * gib, 4) == 34
+    assert fit_log2_categories(68 * gib, 2) == 33 and fit_log2_categories(68 * gib - 1, 2) == 32
+    assert fit_log2_categories(20 * gib, 2) == 0
+    for free, world in ((79 * gib, 2), (139 * gib, 2), (79 * gib, 8)):
+        h = fit_log2_categories(free, world)
+        assert 12 * (1 << h) // world + 20 * gib <= free < 12 * (1 << (h + 1)) // world + 20 * gib

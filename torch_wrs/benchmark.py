@@ -788,8 +788,9 @@ def main():
                         help="also print the per-kernel device time of one N-item build")
     parser.add_argument("--log2-categories", type=int, default=30, help="`distributed`: table size")
     parser.add_argument("--log2-draws", type=int, default=28, help="`distributed`: draws per rank")
-    parser.add_argument("--huge-log2-categories", type=int, default=34,
-                        help="`distributed`: the table no GPU holds alone (0: skip)")
+    parser.add_argument("--huge-log2-categories", type=int, default=-1,
+                        help="`distributed`: the table no GPU holds alone, 2^H categories (default: the most "
+                             "that the GPUs' free memory holds; 0: skip)")
     parser.add_argument("--quick", action="store_true", help="`llm`: a few rows and vocabularies only")
     args = parser.parse_args()
     cpu_tables = ("sweep", "gamma-sweep", "contended-sweep")

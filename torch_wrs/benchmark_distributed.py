@@ -1,16 +1,18 @@
 """`python -m torch_wrs.benchmark distributed`, under torchrun (one process per GPU, NCCL):
 
     torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed [--log2-categories 30]
-        [--log2-draws 28] [--huge-log2-categories 34]
+        [--log2-draws 28] [--huge-log2-categories H]
 
 1. Sampling: a table of 2^C categories split over the ranks, 2^D draws per rank, against
    rank 0 alone drawing the same total from one 2^C table. Times are the slowest rank's,
    wall clock around the call after a barrier (a collective's time is its slowest rank's),
    medians of several calls. The all-to-all share is a bare all_to_all_single of the same
    split sizes and bytes, timed the same way.
-2. A table no single GPU holds (2^H categories, H = 34 by default: 64 GiB of float32
-   weights and 128 GiB of table in all): build time, draws/s, and a G-test of the draws on
-   1,024 coarse bins against the weights' bin sums. Skipped with --huge-log2-categories 0.
+2. A table no single GPU holds: by default the most categories, a power of two, that the
+   GPUs' free memory holds (fit_log2_categories: 12 bytes a category over the ranks, plus
+   build scratch on each; 2^33 on two H100s, 2^34 on two H200s), or 2^H with
+   --huge-log2-categories H: build time, draws/s, and a G-test of the draws on 1,024 coarse
+   bins against the weights' bin sums. Skipped with --huge-log2-categories 0.
 """
 import statistics
 import time
@@ -107,8 +109,35 @@ def _bare_all_to_all_ms(draws, device):
     return _slowest_ms(lambda: dist.all_to_all_single(recv, send))
 
 
+# Each rank holds 12 bytes a category (float32 weights, kept for probs_of, and the int64
+# table) and up to about 18 GiB of build scratch and draws (110 GiB peak at 2^34 on two
+# H200s: docs/distributed.md); the margin covers the rest.
+BYTES_PER_CATEGORY = 12
+SCRATCH_BYTES = 20 << 30
+
+
+def fit_log2_categories(free_bytes: int, world: int) -> int:
+    """The largest H such that 2^H categories over `world` ranks, each with `free_bytes` of
+    free GPU memory, fit: 12 * 2^H / world + 20 GiB <= free_bytes. At least 2^10 per rank
+    (the G-test's bins); 0 where not even that fits."""
+    h = 0
+    while BYTES_PER_CATEGORY * (1 << (h + 1)) // world + SCRATCH_BYTES <= free_bytes:
+        h += 1
+    return h if (1 << h) >= 1024 * world else 0
+
+
 def huge_table(args, rank, world, say):
     """A table no single GPU holds: build, draw, and a G-test on 1,024 coarse bins."""
+    if args.huge_log2_categories < 0:  # sized to the smallest free memory of any rank
+        free = torch.tensor([torch.cuda.mem_get_info()[0]], dtype=torch.int64, device="cuda")
+        dist.all_reduce(free, op=dist.ReduceOp.MIN)
+        args.huge_log2_categories = fit_log2_categories(int(free), world)
+        say(f"\nsized to free memory: 2^{args.huge_log2_categories} categories ({float(free) / 2**30:.1f} GiB free on "
+            f"the fullest GPU; {BYTES_PER_CATEGORY} bytes a category over {world} GPUs, plus "
+            f"{SCRATCH_BYTES >> 30} GiB of scratch each)")
+        if args.huge_log2_categories == 0:
+            say("too little free memory for the large table: skipped")
+            return
     n_total = 1 << args.huge_log2_categories
     n = n_total // world
     device = torch.device("cuda", torch.cuda.current_device())
