@@ -26,6 +26,14 @@ TORCH_LIBRARY(wrs, m) {
         "Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
 
+  // Sharded sampling in i.i.d. order (torch_wrs.distributed; csrc/distributed/place.h states
+  // the law). _ordered_labels: each of `count` positions' part under the float64 CDF `cdf`
+  // [P] (P <= 256), uint8 [count], and each block of 4,096 positions' counts per part, int64
+  // [blocks, P]. _ordered_place: draws grouped by part placed at their part's positions in
+  // order: out[t] = grouped[start[b, p] + earlier positions of block b labelled p].
+  m.def("_ordered_labels(Tensor cdf, SymInt count, *, Generator? generator=None) -> (Tensor, Tensor)",
+        {at::Tag::nondeterministic_seeded});
+  m.def("_ordered_place(Tensor grouped, Tensor labels, Tensor start) -> Tensor");
   // Which method multinomial (or sample_logits, with logits=True) takes for a call of this
   // shape on `device` ("cpu" or "cuda"), by the method tables (csrc/multinomial/dispatch_*):
   // for tests and the docs. On CUDA, `sms` is the GPU's multiprocessors and `capturing`

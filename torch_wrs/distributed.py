@@ -17,7 +17,7 @@ seeded alike still draw independently, and a fixed seed per rank and world size 
 same draws. With world size 1 nothing is derived: the draws equal ``AliasTable.sample``'s.
 """
 import operator
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -345,6 +345,18 @@ class ShardedAliasTable:
                 f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, device={self.device})")
 
 
+# Devices whose ordered draws take the fused labels and placement (csrc/distributed/:
+# two passes, a byte a label); CUDA keeps the torch passes below until those kernels have
+# run on a GPU.
+_FUSED_PLACEMENT = ("cpu",)
+
+
+class _Labels(NamedTuple):
+    """Each position's part (uint8), and each block of 4,096 positions' counts per part."""
+    labels: torch.Tensor
+    block_counts: torch.Tensor
+
+
 def _split(totals: torch.Tensor, count: int, generator, ordered: bool):
     """How many of `count` draws fall in each part (weights `totals`, float64), and with
     `ordered` each draw's part (i.i.d.: the inverse CDF of a float64 uniform), else None
@@ -352,6 +364,9 @@ def _split(totals: torch.Tensor, count: int, generator, ordered: bool):
     if not ordered:
         return multinomial_counts(totals, count, generator=generator), None
     cdf = torch.cumsum(totals, 0) / totals.sum()
+    if totals.device.type in _FUSED_PLACEMENT and totals.numel() <= 256:
+        labels, block_counts = torch.ops.wrs._ordered_labels(cdf, count, generator=generator)
+        return block_counts.sum(0), _Labels(labels, block_counts)
     u = torch.rand(count, dtype=torch.float64, device=totals.device, generator=generator)
     labels = torch.searchsorted(cdf, u, right=True).clamp_(max=totals.numel() - 1)
     if totals.numel() > 8:
@@ -360,11 +375,17 @@ def _split(totals: torch.Tensor, count: int, generator, ordered: bool):
     return torch.stack([(labels == p).sum() for p in range(totals.numel())]), labels
 
 
-def _interleave(grouped: torch.Tensor, labels: torch.Tensor, parts: int) -> torch.Tensor:
+def _interleave(grouped: torch.Tensor, labels, parts: int) -> torch.Tensor:
     """Draws grouped by part (each group i.i.d.) placed at the positions of their part's
-    labels, in order: an i.i.d. sequence. Few parts: position t takes draw start[label] +
-    (how many earlier positions share its label), one running count per part (O(parts n),
-    cheaper than a sort there); more parts: a stable sort of the labels."""
+    labels, in order: an i.i.d. sequence. Fused labels (_Labels): one pass, each block
+    starting each part where the blocks before it left off. Few parts: position t takes
+    draw start[label] + (how many earlier positions share its label), one running count
+    per part (O(parts n), cheaper than a sort there); more parts: a stable sort."""
+    if isinstance(labels, _Labels):
+        counts = labels.block_counts
+        part_start = counts.sum(0).cumsum(0) - counts.sum(0)
+        start = counts.cumsum(0) - counts + part_start
+        return torch.ops.wrs._ordered_place(grouped, labels.labels, start)
     if parts > 8:
         small = torch.int16 if parts <= (1 << 15) else torch.int32
         order = torch.sort(labels.to(small), stable=True).indices
