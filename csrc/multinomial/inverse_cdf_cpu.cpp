@@ -445,7 +445,7 @@ void draw_typed(const Request& r, CpuMethod method, const scalar_t* x, const Wei
 void draw_inverse_cdf(const Request& r, CpuMethod method, at::ScalarType type, const void* x, const PhiloxSeed& seed,
                       int64_t* out) {
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, type, "multinomial_inverse_cdf_cpu", [&] {
-    with_cpu_weights(r, [&](const auto& wts) { draw_typed(r, method, static_cast<const scalar_t*>(x), wts, seed, out); });
+    with_weights(r, [&](const auto& wts) { draw_typed(r, method, static_cast<const scalar_t*>(x), wts, seed, out); });
   });
 }
 

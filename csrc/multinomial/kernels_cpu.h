@@ -36,8 +36,8 @@ struct Chunks {
 // The passes over every item (the summary, the units) are lane-wise: each item meets the
 // same arithmetic in the same order whatever the vector width, so a build for AVX2 gives
 // the same bits as the two-lane baseline, at twice the width. It is chosen at run time
-// (as F16C is, multinomial_cpu.cpp), so the build still runs on the baseline. A loop is a lambda
-// marked WRS_INLINE, so that it is compiled into its caller, taking the lanes to use.
+// (as F16C is, multinomial_cpu.cpp), so the build still runs on the baseline. A loop is a
+// lambda marked WRS_INLINE, so that it is compiled into its caller, taking the lanes to use.
 #define WRS_INLINE __attribute__((always_inline))
 
 // Vectors of two or four doubles (and of as many floats and 32-bit integers, to load
@@ -177,16 +177,6 @@ inline void raise_rows(const Request& r, const std::vector<Summary>& rows) {
   uint32_t flags = 0;
   for (const Summary& s : rows) flags |= summary_flags(s);
   raise_value_flags(r, flags);
-}
-
-// Calls f(weights) with the request's weight law (laws.h).
-template <typename F>
-void with_cpu_weights(const Request& r, F&& f) {
-  if (r.logits) {
-    f(LogitWeights{r.inv_temperature});
-  } else {
-    f(ProbWeights{1.0});
-  }
 }
 
 // The methods. `x` is the input's data as `type` (float16 input comes converted to

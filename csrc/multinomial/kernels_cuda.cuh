@@ -30,16 +30,6 @@ struct DrawCall {
   cudaStream_t stream;
 };
 
-// Calls f(weights) with the call's weight law (laws.h).
-template <typename F>
-void with_weights(const DrawCall& call, F&& f) {
-  if (call.logits) {
-    f(LogitWeights{call.inv_temperature});
-  } else {
-    f(ProbWeights{1.0});
-  }
-}
-
 // The device's multiprocessors (the first device's, as every call's chunks are sized by).
 int64_t device_sms();
 

@@ -164,4 +164,15 @@ C10_HOST_DEVICE inline double exponential(uint32_t lo, uint32_t hi) {
   return -(::log(w) + c);
 }
 
+// Calls f(weights) with a call's weight law: `call` has `logits` and `inv_temperature`
+// (a CPU Request or a CUDA DrawCall).
+template <typename Call, typename F>
+void with_weights(const Call& call, F&& f) {
+  if (call.logits) {
+    f(LogitWeights{call.inv_temperature});
+  } else {
+    f(ProbWeights{1.0});
+  }
+}
+
 }  // namespace wrs::multinomial

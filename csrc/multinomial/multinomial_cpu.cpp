@@ -77,7 +77,7 @@ at::Tensor sample_cpu(const Request& request, std::optional<at::Generator> gener
     AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, r.x.scalar_type(), "multinomial_cpu_checks", [&] {
       const Chunks ch(r.rows, r.n);
       const scalar_t* x = r.x.const_data_ptr<scalar_t>();
-      with_cpu_weights(r, [&](const auto& wts) { raise_rows(r, row_summaries(x, ch, wts)); });
+      with_weights(r, [&](const auto& wts) { raise_rows(r, row_summaries(x, ch, wts)); });
     });
     return sample_alias_tables(r, generator);
   }

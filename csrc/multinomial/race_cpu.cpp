@@ -255,7 +255,7 @@ void draw_typed(const Request& r, const scalar_t* x, const Weights& wts, const P
 
 void draw_race(const Request& r, at::ScalarType type, const void* x, const PhiloxSeed& seed, int64_t* out) {
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, type, "multinomial_race_cpu", [&] {
-    with_cpu_weights(r, [&](const auto& wts) { draw_typed(r, static_cast<const scalar_t*>(x), wts, seed, out); });
+    with_weights(r, [&](const auto& wts) { draw_typed(r, static_cast<const scalar_t*>(x), wts, seed, out); });
   });
 }
 

@@ -222,21 +222,14 @@ void launch_two_pass(const DrawCall& call, const Weights& wts) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename scalar_t, typename Weights>
-void launch_for_k(const DrawCall& call, const Weights& wts) {
-  if (call.k <= kWarp) {
-    launch_two_pass<scalar_t, Weights, 1>(call, wts);
-  } else {
-    launch_two_pass<scalar_t, Weights, 2>(call, wts);
-  }
-}
-
 }  // namespace
 
 void draw_two_pass_topk(const DrawCall& call) {
   TORCH_INTERNAL_ASSERT(two_pass_serves(call.rows, call.n, call.k, call.logits));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "two_pass_topk_cuda", [&] {
-    with_weights(call, [&](const auto& wts) { launch_for_k<scalar_t>(call, wts); });
+    with_weights(call, [&](const auto& wts) {
+      with_slots(call.k, [&](auto slots) { launch_two_pass<scalar_t, std::decay_t<decltype(wts)>, decltype(slots)::value>(call, wts); });
+    });
   });
 }
 

@@ -550,5 +550,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Calls f(std::integral_constant<int, SLOTS>{}) with the slots per lane a warp list of k
+// keys takes.
+template <typename F>
+void with_slots(int64_t k, F&& f) {
+  if (k <= kWarp) {
+    f(std::integral_constant<int, 1>{});
+  } else {
+    f(std::integral_constant<int, 2>{});
+  }
+}
+
 }  // namespace
 }  // namespace wrs::multinomial
