@@ -67,6 +67,8 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     res["default_gen"] = table.sample(1000).cpu()  # torch's default generator, advancing
     res["default_gen2"] = table.sample(1000).cpu()
     res["empty"] = table.sample(0).cpu()
+    owned, askers = table.sample_owned(draws + rank, generator=gen())
+    res["owned"] = (owned.cpu(), askers)
     res["sizes"] = (table.num_categories, table.shard_range(rank), table.total_weight)
     probe = torch.randint(table.num_categories, (5000,), generator=torch.Generator().manual_seed(rank)).to(device)
     res["probe"] = probe.cpu()
@@ -82,6 +84,7 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     res["err_dtype"] = _expect_error(lambda: ShardedAliasTable(mixed.double() if rank == last else mixed))
     res["err_2d"] = _expect_error(lambda: ShardedAliasTable(mixed.view(1, -1) if rank == 0 else mixed))
     res["err_num_samples"] = _expect_error(lambda: table.sample(-3 if rank == 0 else 10))
+    res["err_owned"] = _expect_error(lambda: table.sample_owned(-1 if rank == last else 10))
     oob = torch.tensor([table.num_categories if rank == last else 0], device=device)
     res["err_probs_of"] = _expect_error(lambda: table.probs_of(oob))
     res["after_errors"] = table.sample(100, generator=gen()).cpu()
@@ -243,6 +246,11 @@ def test_world_size_one_equals_alias_table():
         with pytest.raises(RuntimeError, match="num_samples"):
             table.sample(2.5)
         assert table.sample(torch.tensor(7)).shape == (7,)
+        owned, askers = table.sample_owned(100_000, generator=torch.Generator().manual_seed(7))
+        ref = torch_wrs.AliasTable(w).sample(100_000, ordered=False, generator=torch.Generator().manual_seed(7))
+        assert torch.equal(owned, ref) and askers == [100_000]
+        with pytest.raises(RuntimeError, match="num_samples"):
+            table.sample_owned(-1)
         with pytest.raises(RuntimeError, match="positive finite sum"):
             ShardedAliasTable(torch.zeros(4))
     finally:
@@ -292,3 +300,29 @@ def test_capacity_benchmark_sizes_itself_to_free_memory():
     for free, world in ((79 * gib, 2), (139 * gib, 2), (79 * gib, 8)):
         h = fit_log2_categories(free, world)
         assert 12 * (1 << h) // world + 20 * gib <= free < 12 * (1 << (h + 1)) // world + 20 * gib
+
+
+def test_owner_side_draws_follow_each_askers_law(world):
+    """sample_owned: each rank returns only draws in its own shard, a segment per asking
+    rank; for each asking rank, the union of its segments over the owners is its
+    draws + rank i.i.d. draws from the global law."""
+    sizes, results = world
+    w = global_weights(sizes)
+    ends = torch.tensor(sizes).cumsum(0).tolist()
+    draws = sum(r["owned"][1][0] for r in results)  # rank 0 asked this many
+    for owner, r in enumerate(results):
+        owned, askers = r["owned"]
+        assert len(askers) == len(results) and sum(askers) == owned.numel()
+        first = ends[owner] - sizes[owner]
+        assert owned.numel() == 0 or (owned.min() >= first and owned.max() < ends[owner]), "a draw outside the shard"
+    for asker in range(len(results)):
+        segments = []
+        for r in results:
+            owned, askers = r["owned"]
+            start = sum(askers[:asker])
+            segments.append(owned[start:start + askers[asker]])
+        union = torch.cat(segments)
+        assert union.numel() == draws + asker
+        assert g_test_pvalue(torch.bincount(union, minlength=w.numel()), w) > P_MIN, f"rank {asker}'s owned draws"
+    for r in results:
+        assert "num_samples must be a non-negative int" in r["err_owned"] or "bad input" in r["err_owned"]

@@ -253,6 +253,60 @@ class ShardedAliasTable:
             at += c
         return out if labels is None else _interleave(out, labels, self.world_size)
 
+    def sample_owned(self, num_samples: int, *,
+                     generator: Optional[torch.Generator] = None) -> Tuple[torch.Tensor, List[int]]:
+        """The draws that fall in this rank's shard, of every rank's ``num_samples`` i.i.d.
+        draws from the global law w / W: the owner draws them, and only counts cross the
+        network (8 bytes a pair of ranks). For sharded models, whose lookups of the drawn
+        rows then happen where the rows live. A collective: every rank calls it.
+
+        Each rank's draws fall in shard s as exact multinomial counts over the shards'
+        totals; the owner of s draws each asking rank's count apart, i.i.d. from its own
+        weights. So, for each asking rank, the union over owners of its segments is a
+        multiset of ``num_samples`` i.i.d. draws from w / W, as ``sample(ordered=False)``
+        would return on that rank.
+
+        Parameters
+        ----------
+        num_samples : int
+            Draws this rank asks for, 0 allowed.
+        generator : torch.Generator, optional
+            Ranks seeded alike still draw independently (a per-rank stream is derived).
+
+        Returns
+        -------
+        (Tensor, list of int)
+            int64 global indices, all in this rank's shard, on this rank's device: rank 0's
+            segment first, then rank 1's, and so on; and each segment's length, per asking rank.
+
+        Raises
+        ------
+        RuntimeError
+            On every rank, if any rank's ``num_samples`` is not a non-negative int.
+
+        Examples
+        --------
+        >>> rows, per_rank = table.sample_owned(1 << 20)   # rows of this rank's embedding shard
+        """
+        try:
+            bad = isinstance(num_samples, bool) or operator.index(num_samples) < 0
+            num_samples = operator.index(num_samples)
+        except TypeError:
+            bad = True
+        if self.world_size == 1:
+            if bad:
+                raise RuntimeError(
+                    f"ShardedAliasTable.sample_owned: num_samples must be a non-negative int, got {num_samples!r}")
+            return self._draw_local(num_samples, generator, ordered=False), [num_samples]
+        g, g_host = _rank_generators(generator, self.device, self.rank)
+        counts = multinomial_counts(self._shard_totals.cpu(), 0 if bad else num_samples, generator=g_host)
+        if bad:
+            counts = torch.full_like(counts, -1)
+        _, asked = self._exchange(counts, "sample_owned", f"num_samples must be a non-negative int, got {num_samples!r}")
+        draws = [self._draw_local(c, g, ordered=False) for c in asked if c]
+        out = torch.cat(draws) if draws else torch.zeros(0, dtype=torch.int64, device=self.device)
+        return out, asked
+
     def _draw_local(self, count: int, generator, ordered: bool, local: bool = False) -> torch.Tensor:
         """``count`` i.i.d. global int64 indices from this rank's shard (in i.i.d. order when
         ``ordered``), or with ``local`` (one table) int32 indices within the shard."""
