@@ -206,11 +206,7 @@ class ShardedAliasTable:
         --------
         >>> negatives = table.sample(1 << 20, ordered=False)
         """
-        try:  # any integer type (int, numpy or 0-d integer tensors), never bool
-            bad = isinstance(num_samples, bool) or operator.index(num_samples) < 0
-            num_samples = operator.index(num_samples)
-        except TypeError:
-            bad = True
+        num_samples, bad = _count(num_samples)
         if self.world_size == 1:
             if bad:
                 raise RuntimeError(f"ShardedAliasTable.sample: num_samples must be a non-negative int, got {num_samples!r}")
@@ -288,11 +284,7 @@ class ShardedAliasTable:
         --------
         >>> rows, per_rank = table.sample_owned(1 << 20)   # rows of this rank's embedding shard
         """
-        try:
-            bad = isinstance(num_samples, bool) or operator.index(num_samples) < 0
-            num_samples = operator.index(num_samples)
-        except TypeError:
-            bad = True
+        num_samples, bad = _count(num_samples)
         if self.world_size == 1:
             if bad:
                 raise RuntimeError(
@@ -397,6 +389,16 @@ class ShardedAliasTable:
     def __repr__(self) -> str:
         return (f"ShardedAliasTable(num_categories={self.num_categories}, rank={self.rank}, "
                 f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, device={self.device})")
+
+
+def _count(num_samples):
+    """(num_samples as an int, whether it is bad): any integer type (int, numpy or 0-d
+    integer tensors) that is non-negative, never bool."""
+    try:
+        bad = isinstance(num_samples, bool) or operator.index(num_samples) < 0
+        return operator.index(num_samples), bad
+    except TypeError:
+        return num_samples, True
 
 
 # Devices whose ordered draws take the fused labels and placement (csrc/distributed/:
