@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# On a machine with two GPUs: build, run the distributed and multinomial_counts tests (NCCL
-# across both GPUs, gloo on the CPU; memcheck over the counts kernel), then, as asked:
-#   bench    torchrun -m torch_wrs.benchmark distributed (sampling 2^30 over 2 GPUs, 2^34 table)
+# On a machine with two or more GPUs: build, run the distributed, placement and
+# multinomial_counts tests (NCCL across two GPUs, gloo on the CPU; memcheck over the counts
+# and placement kernels), then, as asked:
+#   bench    torchrun -m torch_wrs.benchmark distributed on 2 GPUs and on all of them
+#            (sampling 2^30, then the largest table that fits)
 #   lda      data-parallel LDA, nytimes shape: 1 GPU and 2 GPUs, time to the exact sampler's
 #            log-likelihood after 50 sweeps (LDA_TARGET), and the default MH's tokens/s
 #   pubmed   the pubmed shape (738M tokens) on 1 and 2 GPUs (PUBMED_ITERS sweeps)
@@ -20,13 +22,15 @@ TARGET="${LDA_TARGET:--8.1758}"
 for what in "$@"; do
   case "$what" in
     tests)
-      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_distributed.py tests/test_multinomial_counts.py 2>&1 | tee "$LOG/tests.log" | tail -8
+      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_distributed.py tests/test_place.py tests/test_multinomial_counts.py 2>&1 | tee "$LOG/tests.log" | tail -8
       PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        python3 -m pytest -q -p no:cacheprovider tests/test_multinomial_counts.py -k cuda > "$LOG/sanitizer.log" 2>&1
+        python3 -m pytest -q -p no:cacheprovider tests/test_multinomial_counts.py tests/test_place.py -k cuda > "$LOG/sanitizer.log" 2>&1
       echo "sanitizer rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/sanitizer.log" | tail -2 | tr '\n' ' ')"
       ;;
     bench)
-      timeout 300 torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed 2>&1 | grep -v "^W\|OMP_NUM" | tee "$LOG/bench.log" | tail -20
+      for n in $(echo 2 "$(nvidia-smi -L | wc -l)" | tr ' ' '\n' | sort -u); do
+        timeout 300 torchrun --nproc_per_node=$n -m torch_wrs.benchmark distributed 2>&1 | grep -v "^W\|OMP_NUM" | tee "$LOG/bench$n.log" | tail -20
+      done
       ;;
     lda)
       for n in 1 2; do

@@ -84,7 +84,8 @@ def sampling(args, rank, world, say):
     sharded = ShardedAliasTable(local)
     torch.cuda.synchronize()
     build_ms = (time.perf_counter() - t0) * 1e3
-    a2a_ms = _bare_all_to_all_ms(draws, device)
+    a2a_ms = _bare_all_to_all_ms(draws, device, sharded)
+    parts = _parts_ms(sharded, draws, world)
     for ordered in (True, False):
         ms = _slowest_ms(lambda: sharded.sample(draws, ordered=ordered))
         ours = world * draws / (ms * 1e-3)
@@ -98,15 +99,42 @@ def sampling(args, rank, world, say):
     say("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, ms, ms1, g, g1, ratio, share in rows:
         say(f"| {name} | {ms:.2f} | {ms1:.2f} | {g:.2f} | {g1:.2f} | {ratio:.2f}x | {share:.0%} |")
+    say("\nWhere a call's time goes, each part alone (slowest rank, ms): " +
+        ", ".join(f"{name} {ms:.2f}" for name, ms in parts.items()))
     sharded = local = None
     torch.cuda.empty_cache()
 
 
-def _bare_all_to_all_ms(draws, device):
-    """The exchange alone: each rank sends an equal share of `draws` int64 to every rank."""
-    send = torch.empty(draws, dtype=torch.int64, device=device)
+def _bare_all_to_all_ms(draws, device, sharded):
+    """The exchange alone: each rank sends an equal share of `draws` to every rank, in the
+    type the draws travel in (int32 within one-table shards)."""
+    dtype = torch.int32 if sharded._compact else torch.int64
+    send = torch.ones(draws, dtype=dtype, device=device)
     recv = torch.empty_like(send)
     return _slowest_ms(lambda: dist.all_to_all_single(recv, send))
+
+
+def _parts_ms(sharded, draws, world):
+    """The parts of sample() timed one at a time: the shard labels of ordered draws, the
+    draws other ranks ask of this shard and this rank's own (ordered and not), and the
+    placement of ordered draws."""
+    from .distributed import _interleave, _split
+
+    g = torch.Generator(device=sharded.device).manual_seed(5)
+    remote, own = draws - draws // world, draws // world
+    labels = {}
+
+    def split():
+        labels["x"] = _split(sharded._shard_totals, draws, g, ordered=True)
+
+    grouped = torch.arange(draws, dtype=torch.int64, device=sharded.device)
+    parts = {"labels": _slowest_ms(split)}
+    for ordered in (True, False):
+        kind = "ordered" if ordered else "unordered"
+        parts[f"remote draws ({kind})"] = _slowest_ms(lambda: sharded._draw_local(remote, g, ordered, sharded._compact))
+        parts[f"own draws ({kind})"] = _slowest_ms(lambda: sharded._draw_local(own, g, ordered, sharded._compact))
+    parts["placement"] = _slowest_ms(lambda: _interleave(grouped, labels["x"][1], world))
+    return parts
 
 
 # Each rank holds 12 bytes a category (float32 weights, kept for probs_of, and the int64

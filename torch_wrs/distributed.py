@@ -219,41 +219,55 @@ class ShardedAliasTable:
             counts, labels = multinomial_counts(self._shard_totals.cpu(), n, generator=g_host), None
         if bad:
             counts = torch.full_like(counts, -1)
-        mine, asked = self._exchange(counts, "sample", f"num_samples must be a non-negative int, got {num_samples!r}")
-        # What the other ranks asked of this shard: one i.i.d. sequence cut into their
-        # segments in order (ordered), or each asker's multiset drawn apart (sectioned:
-        # faster). It is exchanged while this rank draws its own share from its own shard.
+        matrix = self._exchange(counts, "sample", f"num_samples must be a non-negative int, got {num_samples!r}")
         me = self.rank
-        to_send = [0 if r == me else c for r, c in enumerate(asked)]
-        to_receive = [0 if r == me else c for r, c in enumerate(mine)]
-        if ordered:
-            send = self._draw_local(sum(to_send), g, ordered=True, local=self._compact)
-        else:
-            send = torch.cat([self._draw_local(c, g, ordered=False, local=self._compact) for c in to_send])
-        received = torch.empty(sum(to_receive), dtype=send.dtype, device=self.device)
-        exchange = self._all_to_all(received, send, to_receive, to_send, async_op=True)
-        own = self._draw_local(mine[me], g, ordered=ordered, local=self._compact)
-        if exchange is not None:
-            exchange.wait()
-        # Grouped by shard, in shard order, as int64 global indices (int32 within the
-        # shard on the wire: half the bytes).
+        mine, asked = matrix[me], [row[me] for row in matrix]
+        # Grouped by shard, in shard order, as int64 global indices; the remote draws travel
+        # as int32 within their shard where every shard is one table (half the bytes).
         out = torch.empty(n, dtype=torch.int64, device=self.device)
-        at, got = 0, 0
-        for r, c in enumerate(mine):
-            part = own if r == me else received[got:got + c]
-            got += 0 if r == me else c
+        group_start = [sum(mine[:r]) for r in range(self.world_size)]
+
+        def place(part, r, at):
             if self._compact:
-                torch.add(part, self.offsets[r], out=out[at:at + c])
+                torch.add(part, self.offsets[r], out=out[at:at + part.numel()])
             else:
-                out[at:at + c] = part
-            at += c
+                out[at:at + part.numel()] = part
+
+        # What the other ranks asked of this shard goes out in chunks (the same number on
+        # every rank, from the gathered counts): each chunk's exchange runs on the
+        # communicator's stream while the next chunk, then this rank's own share, is drawn.
+        # A chunk is one i.i.d. sequence cut into the askers' segments (ordered), or each
+        # asker's multiset drawn apart (sectioned: faster).
+        chunks = _chunks(max((c for r, row in enumerate(matrix) for d, c in enumerate(row) if r != d), default=0))
+        pending = []
+        for i in range(chunks):
+            to_send = [0 if r == me else _piece(c, i, chunks) for r, c in enumerate(asked)]
+            to_receive = [0 if r == me else _piece(c, i, chunks) for r, c in enumerate(mine)]
+            if ordered:
+                send = self._draw_local(sum(to_send), g, ordered=True, local=self._compact)
+            else:
+                parts = [self._draw_local(c, g, ordered=False, local=self._compact) for c in to_send]
+                nonempty = [p for p in parts if p.numel()]
+                send = nonempty[0] if len(nonempty) == 1 else torch.cat(parts)  # no copy of a lone part
+            received = torch.empty(sum(to_receive), dtype=send.dtype, device=self.device)
+            work = self._all_to_all(received, send, to_receive, to_send, async_op=True)
+            pending.append((work, received, to_receive, i))
+        place(self._draw_local(mine[me], g, ordered=ordered, local=self._compact), me, group_start[me])
+        for work, received, to_receive, i in pending:
+            if work is not None:
+                work.wait()
+            got = 0
+            for r, c in enumerate(to_receive):
+                if c:
+                    place(received[got:got + c], r, group_start[r] + _piece_start(mine[r], i, chunks))
+                    got += c
         return out if labels is None else _interleave(out, labels, self.world_size)
 
     def sample_owned(self, num_samples: int, *,
                      generator: Optional[torch.Generator] = None) -> Tuple[torch.Tensor, List[int]]:
         """The draws that fall in this rank's shard, of every rank's ``num_samples`` i.i.d.
         draws from the global law w / W: the owner draws them, and only counts cross the
-        network (8 bytes a pair of ranks). For sharded models, whose lookups of the drawn
+        network (8 bytes for each pair of ranks). For sharded models, whose lookups of the drawn
         rows then happen where the rows live. A collective: every rank calls it.
 
         Each rank's draws fall in shard s as exact multinomial counts over the shards'
@@ -294,7 +308,8 @@ class ShardedAliasTable:
         counts = multinomial_counts(self._shard_totals.cpu(), 0 if bad else num_samples, generator=g_host)
         if bad:
             counts = torch.full_like(counts, -1)
-        _, asked = self._exchange(counts, "sample_owned", f"num_samples must be a non-negative int, got {num_samples!r}")
+        matrix = self._exchange(counts, "sample_owned", f"num_samples must be a non-negative int, got {num_samples!r}")
+        asked = [row[self.rank] for row in matrix]
         draws = [self._draw_local(c, g, ordered=False) for c in asked if c]
         out = torch.cat(draws) if draws else torch.zeros(0, dtype=torch.int64, device=self.device)
         return out, asked
@@ -352,28 +367,29 @@ class ShardedAliasTable:
         counts = torch.bincount(owner, minlength=self.world_size)
         if problem:
             counts = torch.full_like(counts, -1)
-        received = self._exchange(counts, "probs_of", problem or "")
-        wanted = torch.empty(sum(received[1]), dtype=torch.int64, device=self.device)
-        self._all_to_all(wanted, flat[order], received[1], received[0])
+        matrix = self._exchange(counts, "probs_of", problem or "")
+        mine, asked = matrix[self.rank], [row[self.rank] for row in matrix]
+        wanted = torch.empty(sum(asked), dtype=torch.int64, device=self.device)
+        self._all_to_all(wanted, flat[order], asked, mine)
         local = self.weights[wanted - self.first].double() / self.total_weight
         answers = torch.empty(flat.numel(), dtype=torch.float64, device=self.device)
-        self._all_to_all(answers, local, received[0], received[1])
+        self._all_to_all(answers, local, mine, asked)
         result = torch.empty_like(answers).index_copy_(0, order, answers)
         return result.view(indices.shape)
 
     # -- collectives --
     def _exchange(self, counts: torch.Tensor, op: str, problem: str) -> List[List[int]]:
-        """Sends counts[d] to rank d; returns [counts, received] on the host (the one sync the
-        uneven exchange needs). A rank with bad input sends -1s, and every rank raises."""
-        received = torch.empty_like(counts, device=self._comm)
-        dist.all_to_all_single(received, counts.to(self._comm), group=self.group)
-        both = torch.stack([counts.to(self._comm), received]).tolist()
-        if min(both[1]) < 0 or min(both[0]) < 0:
-            bad_rank = self.rank if min(both[0]) < 0 else both[1].index(-1)
-            where = "on this rank" if bad_rank == self.rank else f"on rank {bad_rank}"
-            raise RuntimeError(f"ShardedAliasTable.{op}: {problem if bad_rank == self.rank else 'bad input'} ({where})")
-        return both
-
+        """Every rank's counts (counts[d]: what it sends to rank d), gathered on every rank
+        as a host matrix: the one sync the uneven exchange needs, and every rank sees the
+        same sizes. A rank with bad input sends -1s, and every rank raises."""
+        every = [torch.empty_like(counts, device=self._comm) for _ in range(self.world_size)]
+        dist.all_gather(every, counts.to(self._comm), group=self.group)
+        matrix = torch.stack(every).tolist()
+        bad = [r for r, row in enumerate(matrix) if min(row) < 0]
+        if bad:
+            where = "on this rank" if bad[0] == self.rank else f"on rank {bad[0]}"
+            raise RuntimeError(f"ShardedAliasTable.{op}: {problem if bad[0] == self.rank else 'bad input'} ({where})")
+        return matrix
 
     def _all_to_all(self, output: torch.Tensor, input: torch.Tensor, output_splits, input_splits,
                     async_op: bool = False):
@@ -391,6 +407,25 @@ class ShardedAliasTable:
                 f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, device={self.device})")
 
 
+# Remote draws of at least 2^22 (a pair of ranks) go out in this many chunks, so the
+# exchange overlaps the drawing (docs/distributed.md, "Cost model").
+_CHUNKS = 4
+_CHUNK_FROM = 1 << 22
+
+
+def _chunks(largest_remote: int) -> int:
+    return _CHUNKS if largest_remote >= _CHUNK_FROM else 1
+
+
+def _piece_start(count: int, i: int, chunks: int) -> int:
+    return count * i // chunks
+
+
+def _piece(count: int, i: int, chunks: int) -> int:
+    """Chunk i's share of `count` (the chunks cover it exactly)."""
+    return _piece_start(count, i + 1, chunks) - _piece_start(count, i, chunks)
+
+
 def _count(num_samples):
     """(num_samples as an int, whether it is bad): any integer type (int, numpy or 0-d
     integer tensors) that is non-negative, never bool."""
@@ -402,9 +437,8 @@ def _count(num_samples):
 
 
 # Devices whose ordered draws take the fused labels and placement (csrc/distributed/:
-# two passes, a byte a label); CUDA keeps the torch passes below until those kernels have
-# run on a GPU.
-_FUSED_PLACEMENT = ("cpu",)
+# two passes, a byte a label).
+_FUSED_PLACEMENT = ("cpu", "cuda")
 
 
 class _Labels(NamedTuple):
