@@ -189,3 +189,45 @@ def test_cuda_graph_replay_sectioned():
         assert not torch.equal(before, after)
         for s in (before, after):
             assert g_test_pvalue(torch.bincount(s.cpu(), minlength=50_000), w.cpu()) > P_MIN
+
+
+def test_askers_each_follow_the_law_independently(device):
+    """_alias_sample_askers: one pass over a table serves several askers; each asker's
+    segment has the table's law and its section counts are exactly multinomial in its own
+    count, and askers with equal counts draw different multisets."""
+    size = SECTION["shared"]
+    n = 2 * size + 4000
+    table = identity_table(n, device)
+    counts = [1_000_000, 0, 1_000_000, 7]
+    gen = torch.Generator(device).manual_seed(31)
+    out = torch.ops.wrs._alias_sample_askers(table, counts, generator=gen)
+    assert out.dtype == torch.int64 and out.shape == (sum(counts),)
+    assert int(out.min()) >= 0 and int(out.max()) < n
+    segments = out.split(counts)
+    uniform = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    for seg, c in zip(segments, counts):
+        if c >= 1000:
+            assert g_test_pvalue(torch.bincount(seg.cpu(), minlength=n), uniform) > P_MIN
+    assert not torch.equal(torch.bincount(segments[0], minlength=n), torch.bincount(segments[2], minlength=n))
+    # Section counts of many small askers: each multinomial(8, section sizes).
+    many = torch.ops.wrs._alias_sample_askers(table, [8] * 20_000, dtype=torch.int32,
+                                              generator=torch.Generator(device).manual_seed(32))
+    assert many.dtype == torch.int32
+    sc = section_counts(many.view(20_000, 8).long(), size, 3)
+    probs = torch.tensor([size, size, 4000], dtype=torch.float64) / n
+    expected = scipy.stats.binom.pmf(range(9), 8, float(probs[2]))
+    observed = torch.bincount(sc[:, 2].cpu(), minlength=9).double()
+    assert g_test_pvalue(observed, torch.tensor(expected)) > P_MIN
+    # Reproducible with the seed; a weighted table keeps its law.
+    again = torch.ops.wrs._alias_sample_askers(table, counts, generator=torch.Generator(device).manual_seed(31))
+    assert torch.equal(out, again)
+    w = torch.rand(30_000, dtype=torch.float64) ** 3
+    drawn = torch.ops.wrs._alias_sample_askers(torch_wrs.alias_table(w.to(device)), [500_000, 700_000],
+                                               generator=torch.Generator(device).manual_seed(33))
+    for seg in drawn.split([500_000, 700_000]):
+        assert g_test_pvalue(torch.bincount(seg.cpu(), minlength=30_000), w / w.sum()) > P_MIN
+    with pytest.raises(RuntimeError, match="table must be one row"):
+        torch.ops.wrs._alias_sample_askers(table.view(2, -1), [1])
+    with pytest.raises(RuntimeError, match="counts must be non-negative"):
+        torch.ops.wrs._alias_sample_askers(table, [3, -1])
+    assert torch.ops.wrs._alias_sample_askers(table, []).shape == (0,)
