@@ -1,7 +1,7 @@
 // _ordered_labels and _ordered_place on CUDA (place.h states the law): a block of 256
-// threads per kPlaceBlock positions, 16 rounds of 256 consecutive positions. Labels are
-// counted, and placed, a warp's peers at a time (__match_any_sync): a block's counts in
-// shared memory take one atomic per label a warp holds, not one per position.
+// threads per kPlaceBlock positions. Labels are counted, and placed, a warp's peers at a
+// time (__match_any_sync): a block's counts in shared memory take one update per label a
+// warp holds, not one per position.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
 #include "distributed/place.h"
@@ -53,37 +53,62 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Round by round, position t's draw is its part's next: the part's count so far in the
-// block (next), the same part's positions in earlier warps of the round, then its earlier
-// peers in its own warp.
+// Warp w of a block places positions [w * kPerWarp, (w + 1) * kPerWarp) of the block's
+// kPlaceBlock, 32 consecutive a round. Position t's draw is its part's start in the block,
+// plus that part's count in the earlier warps, in the warp's earlier rounds and among its
+// earlier peers of the round. The ranks come first (shared-memory counts, two block
+// barriers in all), then every gather of a thread is issued before any store, so each
+// thread keeps kPerLane loads in flight.
+constexpr int kPerWarp = static_cast<int>(kPlaceBlock / kWarps);
+constexpr int kPerLane = kPerWarp / 32;
+
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreads)
     place_kernel(const scalar_t* grouped, const uint8_t* labels, const int64_t* start, int parts, int64_t n,
                  scalar_t* out) {
-  __shared__ unsigned long long next[kMaxParts];
-  __shared__ int warp_count[kWarps][kMaxParts + 1];
-  for (int p = threadIdx.x; p < parts; p += kThreads) next[p] = static_cast<unsigned long long>(start[blockIdx.x * static_cast<int64_t>(parts) + p]);
-  for (int i = threadIdx.x; i < kWarps * (kMaxParts + 1); i += kThreads) (&warp_count[0][0])[i] = 0;
+  __shared__ long long next[kMaxParts];
+  __shared__ unsigned seen[kWarps][kMaxParts];  // a warp's counts, then the earlier warps'
+  for (int p = threadIdx.x; p < parts; p += kThreads) next[p] = start[blockIdx.x * static_cast<int64_t>(parts) + p];
+  for (int i = threadIdx.x; i < kWarps * kMaxParts; i += kThreads) (&seen[0][0])[i] = 0;
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t t = blockIdx.x * kPlaceBlock + r * kThreads + threadIdx.x;
-    const int p = t < n ? min(static_cast<int>(labels[t]), parts - 1) : kNoLabel;
-    const unsigned peers = __match_any_sync(kAll, p);
-    const bool leader = lane == __ffs(peers) - 1;
-    if (leader) warp_count[warp][p] = __popc(peers);
-    __syncthreads();
-    if (p != kNoLabel) {
-      int64_t at = static_cast<int64_t>(next[p]) + __popc(peers & ((1u << lane) - 1));
-      for (int v = 0; v < warp; ++v) at += warp_count[v][p];
-      out[t] = grouped[at < 0 ? 0 : (at < n ? at : n - 1)];  // in range whatever start holds
+  const int64_t base = blockIdx.x * kPlaceBlock + warp * kPerWarp + lane;
+  int part[kPerLane];
+  unsigned rank[kPerLane];
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    const int64_t t = base + r * 32;
+    part[r] = t < n ? min(static_cast<int>(labels[t]), parts - 1) : kNoLabel;
+  }
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    const unsigned peers = __match_any_sync(kAll, part[r]);
+    const unsigned so_far = part[r] != kNoLabel ? seen[warp][part[r]] : 0;
+    rank[r] = so_far + __popc(peers & ((1u << lane) - 1));
+    __syncwarp();
+    if (part[r] != kNoLabel && lane == __ffs(peers) - 1) seen[warp][part[r]] = so_far + __popc(peers);
+    __syncwarp();
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < parts; p += kThreads) {  // exclusive scan over the warps
+    unsigned run = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      const unsigned c = seen[w][p];
+      seen[w][p] = run;
+      run += c;
     }
-    __syncthreads();
-    if (leader) {
-      if (p != kNoLabel) atomicAdd(&next[p], static_cast<unsigned long long>(warp_count[warp][p]));
-      warp_count[warp][p] = 0;
-    }
-    __syncthreads();
+  }
+  __syncthreads();
+  scalar_t v[kPerLane];
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    if (part[r] == kNoLabel) continue;
+    const int64_t at = next[part[r]] + seen[warp][part[r]] + rank[r];
+    v[r] = grouped[at < 0 ? 0 : (at < n ? at : n - 1)];  // in range whatever start holds
+  }
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    if (part[r] != kNoLabel) out[base + r * 32] = v[r];
   }
 }
 
