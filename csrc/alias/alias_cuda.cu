@@ -480,11 +480,11 @@ constexpr int kCachedThreads = 1024;  // one block per SM
 constexpr int kCachedReservedBytes = 64 * 1024;
 constexpr int kCachedCarveoutPercent = 40;  // ~91 KB shared, the rest of the 256 KB is L1
 
-// Block b draws part b % parts of a (row, section): row-major for a table's rows;
-// section-major for askers, whose blocks of one section then run side by side and read
-// it from device memory once (L2 serves the rest). kStaged: the section is copied to
-// shared memory first (coalesced), then every draw reads it there; otherwise draws read
-// the table through L1. Draw e uses half e % 2 of Philox block e / 2, as the baseline.
+// Block b draws part b % parts of section b / parts: of one table row (row-major over a
+// table's rows), or, for askers, of every asker's draws from that section, so the section
+// is staged once for all of them. kStaged: the section is copied to shared memory first
+// (coalesced), then every draw reads it there; otherwise draws read the table through L1.
+// Draw e uses half e % 2 of Philox block e / 2, as the baseline.
 template <typename out_t, bool kStaged>
 __global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t* table, SectionGrid grid, DrawRows draw,
                                  int64_t rows, int64_t parts, const SectionSpan* spans,
@@ -492,16 +492,26 @@ __global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t
   extern __shared__ int64_t staged[];
   const int64_t task = blockIdx.x / parts;
   const int64_t part = blockIdx.x % parts;
-  const int64_t row = draw.askers() ? task % rows : task / grid.sections;
-  const int64_t section_index = draw.askers() ? task / rows : task % grid.sections;
+  const int64_t section_index = task % grid.sections;
+  const int64_t row_begin = draw.askers() ? 0 : task / grid.sections;
+  const int64_t row_end = draw.askers() ? rows : row_begin + 1;
   const int64_t first = section_index * grid.section_buckets;
   const int64_t len = min(grid.section_buckets, grid.buckets - first);
-  const SectionSpan span = spans[row * grid.sections + section_index];
-  const int64_t e0 = draw.base_of(grid, row) + span.offset;
-  const int64_t e_begin = e0 + part_begin(span.count, part, parts);
-  const int64_t e_end = e0 + part_begin(span.count, part + 1, parts);
-  if (e_begin == e_end) return;  // (the whole block) nothing drawn here
-  const int64_t* section = table + draw.table_row(row) * grid.buckets + first;
+  // This part's draws [e_begin, e_end) of a row.
+  auto range = [&](int64_t row, int64_t& e_begin, int64_t& e_end) {
+    const SectionSpan span = spans[row * grid.sections + section_index];
+    const int64_t e0 = draw.base_of(grid, row) + span.offset;
+    e_begin = e0 + part_begin(span.count, part, parts);
+    e_end = e0 + part_begin(span.count, part + 1, parts);
+  };
+  bool any = false;
+  for (int64_t row = row_begin; row < row_end && !any; ++row) {
+    int64_t e_begin, e_end;
+    range(row, e_begin, e_end);
+    any = e_begin < e_end;
+  }
+  if (!any) return;  // (the whole block) nothing drawn here
+  const int64_t* section = table + draw.table_row(row_begin) * grid.buckets + first;
   if (kStaged) {
     if (reinterpret_cast<uintptr_t>(section) % 16 == 0) {  // 16-byte loads where aligned
       for (int64_t i = threadIdx.x; i < len / 2; i += blockDim.x) {
@@ -515,22 +525,26 @@ __global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t
     section = staged;
   }
   const PhiloxSeed seed = philox_seed(philox);
-  // Pairs [e_begin / 2, ceil(e_end / 2)) hold this part's draws; each thread takes
-  // kSectionPairs of them per step, all loads issued before any is used.
   const int64_t stride = blockDim.x;
-  for (int64_t p0 = e_begin / 2 + threadIdx.x; 2 * p0 < e_end; p0 += stride * kSectionPairs) {
-    BucketDraw draw[2 * kSectionPairs];
-    int64_t bucket[2 * kSectionPairs];
-    draw_pairs<kSectionPairs>(seed, p0, stride, len, draw);
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    int64_t e_begin, e_end;
+    range(row, e_begin, e_end);
+    // Pairs [e_begin / 2, ceil(e_end / 2)) hold this part's draws; each thread takes
+    // kSectionPairs of them per step, all loads issued before any is used.
+    for (int64_t p0 = e_begin / 2 + threadIdx.x; 2 * p0 < e_end; p0 += stride * kSectionPairs) {
+      BucketDraw d[2 * kSectionPairs];
+      int64_t bucket[2 * kSectionPairs];
+      draw_pairs<kSectionPairs>(seed, p0, stride, len, d);
 #pragma unroll
-    for (int k = 0; k < 2 * kSectionPairs; ++k) {
-      const int64_t e = 2 * (p0 + (k / 2) * stride) + (k % 2);
-      bucket[k] = e >= e_begin && e < e_end ? section[draw[k].bucket] : 0;
-    }
+      for (int k = 0; k < 2 * kSectionPairs; ++k) {
+        const int64_t e = 2 * (p0 + (k / 2) * stride) + (k % 2);
+        bucket[k] = e >= e_begin && e < e_end ? section[d[k].bucket] : 0;
+      }
 #pragma unroll
-    for (int k = 0; k < kSectionPairs; ++k) {
-      store_pair(out, p0 + k * stride, e_begin, e_end, pick(draw[2 * k], bucket[2 * k], grid.buckets, first),
-                 pick(draw[2 * k + 1], bucket[2 * k + 1], grid.buckets, first));
+      for (int k = 0; k < kSectionPairs; ++k) {
+        store_pair(out, p0 + k * stride, e_begin, e_end, pick(d[2 * k], bucket[2 * k], grid.buckets, first),
+                   pick(d[2 * k + 1], bucket[2 * k + 1], grid.buckets, first));
+      }
     }
   }
 }
@@ -550,7 +564,8 @@ void launch_sectioned(const at::Tensor& table, int64_t rows, const SectionGrid& 
   auto* span_ptr = reinterpret_cast<SectionSpan*>(spans.mutable_data_ptr());
   section_span_kernel<<<ceil_div(sections, 128), 128, 0, stream>>>(grid, draw, rows, philox, span_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int blocks = static_cast<int>(sections * parts);
+  // A block per (row, section, part); askers share a block per (section, part).
+  const int blocks = static_cast<int>((draw.askers() ? grid.sections : sections) * parts);
   // Attributes are per device, so they are set on every call (a cheap driver call).
   const bool staged = how == SampleMethod::kShared;
   const auto kernel = staged ? &sectioned_kernel<out_t, true> : &sectioned_kernel<out_t, false>;

@@ -59,7 +59,7 @@ inline SampleMethod sample_method(bool ordered, c10::string_view method, int64_t
 }
 
 // _alias_sample_askers: a one-row table, counts per asker, their output offsets, and the
-// section grid (shared method, parts sized for the largest count).
+// section grid (shared method).
 struct Askers {
   std::vector<int64_t> count, base;
   int64_t total = 0;
@@ -74,15 +74,14 @@ inline Askers check_askers(const at::Tensor& table, at::IntArrayRef counts, std:
   TORCH_CHECK(counts.size() < (size_t{1} << 31), "_alias_sample_askers: too many counts");
   Askers a;
   a.out_type = sample_dtype(dtype);
-  int64_t largest = 0;
   for (const int64_t c : counts) {
     TORCH_CHECK(c >= 0, "_alias_sample_askers: counts must be non-negative, got ", c);
     a.count.push_back(c);
     a.base.push_back(a.total);
     a.total += c;
-    largest = std::max(largest, c);
   }
-  a.grid = section_grid(SampleMethod::kShared, table.size(0), largest);
+  // A block draws every asker's share of its section: parts sized for the total.
+  a.grid = section_grid(SampleMethod::kShared, table.size(0), a.total);
   return a;
 }
 
