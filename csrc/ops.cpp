@@ -14,12 +14,6 @@ TORCH_LIBRARY(wrs, m) {
   m.def("alias_sample(Tensor table, SymInt num_samples, *, bool ordered=True, str method=\"auto\", "
         "ScalarType? dtype=None, Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
-  // Sectioned draws of several askers from one table row in one pass over the table
-  // (torch_wrs.distributed): asker a's counts[a] draws, the same multiset law as
-  // alias_sample(ordered=False) and independent of the others', at [sum(counts[:a]), ...).
-  m.def("_alias_sample_askers(Tensor table, int[] counts, *, ScalarType? dtype=None, Generator? generator=None) "
-        "-> Tensor",
-        {at::Tag::nondeterministic_seeded});
 
   // torch.multinomial's contract (1-D or 2-D input, int64 [..., num_samples]) without its
   // 2^24-category limit; float64 sums.

@@ -97,11 +97,10 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     res["pieces_unordered"] = pieces.sample(draws, ordered=False, generator=gen()).cpu()
     D._MAX_PIECE = 1 << 29
 
-    # The exchange in chunks (as for remote draws of 2^22 and more), here from the first draw.
+    # Ordered draws exchanged in chunks (as from 2^22 remote draws), here from the first draw.
     D._CHUNK_FROM = 1
-    res["chunked_ordered"] = table.sample(draws, generator=gen()).cpu()
-    res["chunked_unordered"] = table.sample(draws + 3 * rank, ordered=False, generator=gen()).cpu()
-    res["chunked_pieces"] = pieces.sample(draws, ordered=False, generator=gen()).cpu()
+    res["chunked_ordered"] = table.sample(draws + 3 * rank, generator=gen()).cpu()
+    res["chunked_pieces"] = pieces.sample(draws, generator=gen()).cpu()
     D._CHUNK_FROM = 1 << 22
 
     # Data-parallel LDA: counts consistent with the tokens after every sweep.
@@ -155,8 +154,7 @@ def check_laws(sizes, results, key):
 
 def test_union_and_each_rank_follow_the_global_law(world):
     sizes, results = world
-    for key in ("ordered", "unordered", "pieces_ordered", "pieces_unordered", "chunked_ordered",
-                "chunked_unordered", "chunked_pieces"):
+    for key in ("ordered", "unordered", "pieces_ordered", "pieces_unordered", "chunked_ordered", "chunked_pieces"):
         check_laws(sizes, results, key)
 
 
@@ -171,12 +169,12 @@ def test_ordered_draws_are_in_iid_order_and_unordered_grouped(world):
         s = _shard_of(r["ordered"], sizes)
         pairs = torch.bincount(s[:-1] * m + s[1:], minlength=m * m).double()
         assert g_test_pvalue(pairs, torch.outer(shard_p, shard_p).reshape(-1)) > P_MIN, "consecutive draws correlated"
-        for key in ("unordered", "chunked_unordered", "chunked_pieces"):
-            u = _shard_of(r[key], sizes)
-            assert (u[1:] >= u[:-1]).all(), f"{key}: ordered=False draws come grouped by shard, in shard order"
-        s = _shard_of(r["chunked_ordered"], sizes)
-        pairs = torch.bincount(s[:-1] * m + s[1:], minlength=m * m).double()
-        assert g_test_pvalue(pairs, torch.outer(shard_p, shard_p).reshape(-1)) > P_MIN, "chunked: draws correlated"
+        u = _shard_of(r["unordered"], sizes)
+        assert (u[1:] >= u[:-1]).all(), "ordered=False draws come grouped by shard, in shard order"
+        for key in ("chunked_ordered", "chunked_pieces"):
+            s = _shard_of(r[key], sizes)
+            pairs = torch.bincount(s[:-1] * m + s[1:], minlength=m * m).double()
+            assert g_test_pvalue(pairs, torch.outer(shard_p, shard_p).reshape(-1)) > P_MIN, f"{key}: draws correlated"
     # Ranks seeded alike draw independently: the shards of draw t on ranks 0 and 1.
     a, b = (_shard_of(r["ordered"], sizes) for r in results[:2])
     joint = torch.bincount(a * m + b, minlength=m * m).double()

@@ -116,8 +116,8 @@ def _bare_all_to_all_ms(draws, device, sharded):
 
 def _parts_ms(sharded, draws, world):
     """The parts of sample() timed one at a time: the shard labels of ordered draws, the
-    ordered draws other ranks ask of this shard and this rank's own, the placement of
-    ordered draws, and the unordered draws of every asker from one pass over the table."""
+    draws other ranks ask of this shard and this rank's own (ordered and not), and the
+    placement of ordered draws."""
     from .distributed import _interleave, _split
 
     g = torch.Generator(device=sharded.device).manual_seed(5)
@@ -133,7 +133,8 @@ def _parts_ms(sharded, draws, world):
         "remote draws (ordered)": _slowest_ms(lambda: sharded._draw_local(remote, g, True, sharded._compact)),
         "own draws (ordered)": _slowest_ms(lambda: sharded._draw_local(own, g, True, sharded._compact)),
         "placement (ordered)": _slowest_ms(lambda: _interleave(grouped, labels["x"][1], world)),
-        "every asker's draws (unordered)": _slowest_ms(lambda: sharded._draw_askers([own] * world, g)),
+        "remote draws (unordered)": _slowest_ms(lambda: sharded._draw_apart([own] * (world - 1), g)),
+        "own draws (unordered)": _slowest_ms(lambda: sharded._draw_local(own, g, False, sharded._compact)),
     }
 
 

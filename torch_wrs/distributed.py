@@ -233,29 +233,25 @@ class ShardedAliasTable:
             else:
                 out[at:at + part.numel()] = part
 
-        if not ordered:
-            # Every asker's multiset, this rank's own too, drawn apart (from one pass over the
-            # table where that pays); one exchange leaves them grouped by shard, in order.
-            send = self._draw_askers(asked, g)
-            received = torch.empty(n, dtype=send.dtype, device=self.device)
-            self._all_to_all(received, send, mine, asked)
-            for r, c in enumerate(mine):
-                place(received[group_start[r]:group_start[r] + c], r, group_start[r])
-            return out
-        # What the other ranks asked of this shard goes out in chunks (the same number on
-        # every rank, from the gathered counts): each chunk's exchange runs on the
-        # communicator's stream while the next chunk, then this rank's own share, is drawn.
-        # A chunk is one i.i.d. sequence cut into the askers' segments.
-        chunks = _chunks(max((c for r, row in enumerate(matrix) for d, c in enumerate(row) if r != d), default=0))
+        # What the other ranks asked of this shard goes out while this rank draws its own
+        # share: ordered draws in chunks (the same number on every rank, from the gathered
+        # counts), each exchanged while the next is drawn, a chunk one i.i.d. sequence cut
+        # into the askers' segments; unordered draws in one piece, each asker's multiset
+        # drawn apart, since each sectioned call reads the whole table.
+        largest = max((c for r, row in enumerate(matrix) for d, c in enumerate(row) if r != d), default=0)
+        chunks = _chunks(largest) if ordered else 1
         pending = []
         for i in range(chunks):
             to_send = [0 if r == me else _piece(c, i, chunks) for r, c in enumerate(asked)]
             to_receive = [0 if r == me else _piece(c, i, chunks) for r, c in enumerate(mine)]
-            send = self._draw_local(sum(to_send), g, ordered=True, local=self._compact)
+            if ordered:
+                send = self._draw_local(sum(to_send), g, ordered=True, local=self._compact)
+            else:
+                send = self._draw_apart(to_send, g)
             received = torch.empty(sum(to_receive), dtype=send.dtype, device=self.device)
             work = self._all_to_all(received, send, to_receive, to_send, async_op=True)
             pending.append((work, received, to_receive, i))
-        place(self._draw_local(mine[me], g, ordered=True, local=self._compact), me, group_start[me])
+        place(self._draw_local(mine[me], g, ordered=ordered, local=self._compact), me, group_start[me])
         for work, received, to_receive, i in pending:
             if work is not None:
                 work.wait()
@@ -264,7 +260,7 @@ class ShardedAliasTable:
                 if c:
                     place(received[got:got + c], r, group_start[r] + _piece_start(mine[r], i, chunks))
                     got += c
-        return _interleave(out, labels, self.world_size)
+        return out if labels is None else _interleave(out, labels, self.world_size)
 
     def sample_owned(self, num_samples: int, *,
                      generator: Optional[torch.Generator] = None) -> Tuple[torch.Tensor, List[int]]:
@@ -313,18 +309,14 @@ class ShardedAliasTable:
             counts = torch.full_like(counts, -1)
         matrix = self._exchange(counts, "sample_owned", f"num_samples must be a non-negative int, got {num_samples!r}")
         asked = [row[self.rank] for row in matrix]
-        out = self._draw_askers(asked, g)
-        return (out.to(torch.int64).add_(self.first) if self._compact else out), asked
+        out = self._draw_apart(asked, g, local=False)
+        return out, asked
 
-    def _draw_askers(self, counts: List[int], generator) -> torch.Tensor:
+    def _draw_apart(self, counts: List[int], generator, local: Optional[bool] = None) -> torch.Tensor:
         """Each asker's counts[a] draws from this shard, independent multisets, asker 0's
-        first; int32 within the shard where it is one table, else int64 global indices.
-        A one-table shard drawn from at least once per 8 buckets (alias_sample's rule for
-        its sectioned method, which reads the whole table) serves every asker in one pass
-        over the table (torch.ops.wrs._alias_sample_askers)."""
-        if self._compact and len(self.tables) == 1 and sum(counts) >= self.tables[0].numel() // 8:
-            return torch.ops.wrs._alias_sample_askers(self.tables[0], counts, dtype=torch.int32, generator=generator)
-        parts = [self._draw_local(c, generator, ordered=False, local=self._compact) for c in counts]
+        first (int32 within the shard where ``local``, by default where it is one table)."""
+        local = self._compact if local is None else local
+        parts = [self._draw_local(c, generator, ordered=False, local=local) for c in counts]
         nonempty = [p for p in parts if p.numel()]
         return nonempty[0] if len(nonempty) == 1 else torch.cat(parts)  # no copy of a lone part
 

@@ -225,8 +225,8 @@ void sample_baseline(const int64_t* table, int64_t n, int64_t num_samples, int64
 // Sectioned sampling (sections.h). The CPU has no shared memory to stage into, so
 // "cached" and "shared" differ only in their section size, as on the GPU.
 template <typename out_t>
-void sample_sectioned(const int64_t* table, int64_t rows, const SectionGrid& g, const DrawRows& draw,
-                      const PhiloxSeed& seed, out_t* out) {
+void sample_sectioned(const int64_t* table, int64_t rows, const SectionGrid& g, const PhiloxSeed& seed,
+                      out_t* out) {
   const int64_t parts = parts_per_section(g);
   const PhiloxStreams streams{seed};
   wrs::parallel_for(0, rows * g.sections * parts, 1, [&](int64_t t0, int64_t t1) {
@@ -234,12 +234,12 @@ void sample_sectioned(const int64_t* table, int64_t rows, const SectionGrid& g, 
       const int64_t part = task % parts;
       const int64_t section = task / parts % g.sections;
       const int64_t row = task / parts / g.sections;
-      const SectionSpan span = section_span(g, row, draw.count_of(g, row), section, streams);
+      const SectionSpan span = section_span(g, row, section, streams);
       const int64_t first = section * g.section_buckets;
-      const int64_t e0 = draw.base_of(g, row) + span.offset;
-      draw_run(table + draw.table_row(row) * g.buckets + first, std::min(g.section_buckets, g.buckets - first),
-               first, g.buckets, e0 + part_begin(span.count, part, parts),
-               e0 + part_begin(span.count, part + 1, parts), seed, out);
+      const int64_t e0 = row * g.num_samples + span.offset;
+      draw_run(table + row * g.buckets + first, std::min(g.section_buckets, g.buckets - first), first, g.buckets,
+               e0 + part_begin(span.count, part, parts), e0 + part_begin(span.count, part + 1, parts), seed,
+               out);
     }
   });
 }
@@ -262,29 +262,10 @@ at::Tensor alias_sample_cpu(const at::Tensor& table_in, int64_t num_samples, boo
     if (how == SampleMethod::kBaseline) {
       sample_baseline(t, n, num_samples, total, seed, o);
     } else {
-      sample_sectioned(t, rows, section_grid(how, n, num_samples), DrawRows{}, seed, o);
+      sample_sectioned(t, rows, section_grid(how, n, num_samples), seed, o);
     }
   };
   if (out_type == at::kLong) {
-    run(out.mutable_data_ptr<int64_t>());
-  } else {
-    run(out.mutable_data_ptr<int32_t>());
-  }
-  return out;
-}
-
-at::Tensor alias_sample_askers_cpu(const at::Tensor& table_in, at::IntArrayRef counts,
-                                   std::optional<at::ScalarType> dtype, std::optional<at::Generator> generator) {
-  const Askers askers = check_askers(table_in, counts, dtype);
-  at::Tensor out = at::empty({askers.total}, table_in.options().dtype(askers.out_type));
-  if (askers.total == 0) return out;
-  const at::Tensor table = table_in.contiguous();
-  const PhiloxSeed seed = cpu_philox_seed(generator);
-  const DrawRows draw{askers.count.data(), askers.base.data()};
-  auto run = [&](auto* o) {
-    sample_sectioned(table.const_data_ptr<int64_t>(), askers.rows(), askers.grid, draw, seed, o);
-  };
-  if (askers.out_type == at::kLong) {
     run(out.mutable_data_ptr<int64_t>());
   } else {
     run(out.mutable_data_ptr<int32_t>());
@@ -297,7 +278,6 @@ at::Tensor alias_sample_askers_cpu(const at::Tensor& table_in, at::IntArrayRef c
 TORCH_LIBRARY_IMPL(wrs, CPU, m) {
   m.impl("alias_table", &alias_table_cpu);
   m.impl("alias_sample", &alias_sample_cpu);
-  m.impl("_alias_sample_askers", &alias_sample_askers_cpu);
 }
 
 }  // namespace wrs::alias

@@ -463,13 +463,12 @@ __global__ void __launch_bounds__(kThreads, 4)  // registers <= 64: 4 blocks per
 // ---- sectioned sampling (ordered=False; sections.h) -------------------------------------
 
 // One thread per (row, section): walks the binomial tree to its section's count and offset.
-__global__ void section_span_kernel(SectionGrid grid, DrawRows draw, int64_t rows, at::PhiloxCudaState philox,
+__global__ void section_span_kernel(SectionGrid grid, int64_t rows, at::PhiloxCudaState philox,
                                     SectionSpan* spans) {
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= rows * grid.sections) return;
   const CurandStreams streams{philox_seed(philox)};
-  const int64_t row = k / grid.sections;
-  spans[k] = section_span(grid, row, draw.count_of(grid, row), k % grid.sections, streams);
+  spans[k] = section_span(grid, k / grid.sections, k % grid.sections, streams);
 }
 
 constexpr int kSharedThreads = 512;   // four 48 KB blocks per SM (measured best of 2-5)
@@ -480,38 +479,24 @@ constexpr int kCachedThreads = 1024;  // one block per SM
 constexpr int kCachedReservedBytes = 64 * 1024;
 constexpr int kCachedCarveoutPercent = 40;  // ~91 KB shared, the rest of the 256 KB is L1
 
-// Block b draws part b % parts of section b / parts: of one table row (row-major over a
-// table's rows), or, for askers, of every asker's draws from that section, so the section
-// is staged once for all of them. kStaged: the section is copied to shared memory first
-// (coalesced), then every draw reads it there; otherwise draws read the table through L1.
-// Draw e uses half e % 2 of Philox block e / 2, as the baseline.
+// Block b draws part b % parts of section b / parts. kStaged: the section is copied to
+// shared memory first (coalesced), then every draw reads it there; otherwise draws read
+// the table through L1. Draw e uses half e % 2 of Philox block e / 2, as the baseline.
 template <typename out_t, bool kStaged>
-__global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t* table, SectionGrid grid, DrawRows draw,
-                                 int64_t rows, int64_t parts, const SectionSpan* spans,
+__global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t* table, SectionGrid grid, int64_t parts, const SectionSpan* spans,
                                  at::PhiloxCudaState philox, out_t* out) {
   extern __shared__ int64_t staged[];
-  const int64_t task = blockIdx.x / parts;
+  const int64_t section_id = blockIdx.x / parts;
   const int64_t part = blockIdx.x % parts;
-  const int64_t section_index = task % grid.sections;
-  const int64_t row_begin = draw.askers() ? 0 : task / grid.sections;
-  const int64_t row_end = draw.askers() ? rows : row_begin + 1;
-  const int64_t first = section_index * grid.section_buckets;
+  const int64_t row = section_id / grid.sections;
+  const int64_t first = (section_id % grid.sections) * grid.section_buckets;
   const int64_t len = min(grid.section_buckets, grid.buckets - first);
-  // This part's draws [e_begin, e_end) of a row.
-  auto range = [&](int64_t row, int64_t& e_begin, int64_t& e_end) {
-    const SectionSpan span = spans[row * grid.sections + section_index];
-    const int64_t e0 = draw.base_of(grid, row) + span.offset;
-    e_begin = e0 + part_begin(span.count, part, parts);
-    e_end = e0 + part_begin(span.count, part + 1, parts);
-  };
-  bool any = false;
-  for (int64_t row = row_begin; row < row_end && !any; ++row) {
-    int64_t e_begin, e_end;
-    range(row, e_begin, e_end);
-    any = e_begin < e_end;
-  }
-  if (!any) return;  // (the whole block) nothing drawn here
-  const int64_t* section = table + draw.table_row(row_begin) * grid.buckets + first;
+  const SectionSpan span = spans[section_id];
+  const int64_t e0 = row * grid.num_samples + span.offset;
+  const int64_t e_begin = e0 + part_begin(span.count, part, parts);
+  const int64_t e_end = e0 + part_begin(span.count, part + 1, parts);
+  if (e_begin == e_end) return;  // (the whole block) nothing drawn here
+  const int64_t* section = table + row * grid.buckets + first;
   if (kStaged) {
     if (reinterpret_cast<uintptr_t>(section) % 16 == 0) {  // 16-byte loads where aligned
       for (int64_t i = threadIdx.x; i < len / 2; i += blockDim.x) {
@@ -525,33 +510,30 @@ __global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t
     section = staged;
   }
   const PhiloxSeed seed = philox_seed(philox);
+  // Pairs [e_begin / 2, ceil(e_end / 2)) hold this part's draws; each thread takes
+  // kSectionPairs of them per step, all loads issued before any is used.
   const int64_t stride = blockDim.x;
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    int64_t e_begin, e_end;
-    range(row, e_begin, e_end);
-    // Pairs [e_begin / 2, ceil(e_end / 2)) hold this part's draws; each thread takes
-    // kSectionPairs of them per step, all loads issued before any is used.
-    for (int64_t p0 = e_begin / 2 + threadIdx.x; 2 * p0 < e_end; p0 += stride * kSectionPairs) {
-      BucketDraw d[2 * kSectionPairs];
-      int64_t bucket[2 * kSectionPairs];
-      draw_pairs<kSectionPairs>(seed, p0, stride, len, d);
+  for (int64_t p0 = e_begin / 2 + threadIdx.x; 2 * p0 < e_end; p0 += stride * kSectionPairs) {
+    BucketDraw draw[2 * kSectionPairs];
+    int64_t bucket[2 * kSectionPairs];
+    draw_pairs<kSectionPairs>(seed, p0, stride, len, draw);
 #pragma unroll
-      for (int k = 0; k < 2 * kSectionPairs; ++k) {
-        const int64_t e = 2 * (p0 + (k / 2) * stride) + (k % 2);
-        bucket[k] = e >= e_begin && e < e_end ? section[d[k].bucket] : 0;
-      }
+    for (int k = 0; k < 2 * kSectionPairs; ++k) {
+      const int64_t e = 2 * (p0 + (k / 2) * stride) + (k % 2);
+      bucket[k] = e >= e_begin && e < e_end ? section[draw[k].bucket] : 0;
+    }
 #pragma unroll
-      for (int k = 0; k < kSectionPairs; ++k) {
-        store_pair(out, p0 + k * stride, e_begin, e_end, pick(d[2 * k], bucket[2 * k], grid.buckets, first),
-                   pick(d[2 * k + 1], bucket[2 * k + 1], grid.buckets, first));
-      }
+    for (int k = 0; k < kSectionPairs; ++k) {
+      store_pair(out, p0 + k * stride, e_begin, e_end, pick(draw[2 * k], bucket[2 * k], grid.buckets, first),
+                 pick(draw[2 * k + 1], bucket[2 * k + 1], grid.buckets, first));
     }
   }
 }
 
 template <typename out_t>
-void launch_sectioned(const at::Tensor& table, int64_t rows, const SectionGrid& grid, SampleMethod how,
-                      const DrawRows& draw, std::optional<at::Generator> generator, out_t* out) {
+void launch_sectioned(const at::Tensor& table, int64_t rows, SampleMethod how, int64_t num_samples,
+                      std::optional<at::Generator> generator, out_t* out) {
+  const SectionGrid grid = section_grid(how, table.size(-1), num_samples);
   const int64_t parts = parts_per_section(grid);
   const int64_t sections = rows * grid.sections;
   TORCH_CHECK(sections * parts < (int64_t{1} << 31), "alias_sample: ", sections * parts,
@@ -562,10 +544,9 @@ void launch_sectioned(const at::Tensor& table, int64_t rows, const SectionGrid& 
   at::Tensor spans = at::empty({sections * static_cast<int64_t>(sizeof(SectionSpan))},
                                table.options().dtype(at::kByte));
   auto* span_ptr = reinterpret_cast<SectionSpan*>(spans.mutable_data_ptr());
-  section_span_kernel<<<ceil_div(sections, 128), 128, 0, stream>>>(grid, draw, rows, philox, span_ptr);
+  section_span_kernel<<<ceil_div(sections, 128), 128, 0, stream>>>(grid, rows, philox, span_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  // A block per (row, section, part); askers share a block per (section, part).
-  const int blocks = static_cast<int>((draw.askers() ? grid.sections : sections) * parts);
+  const int blocks = static_cast<int>(sections * parts);
   // Attributes are per device, so they are set on every call (a cheap driver call).
   const bool staged = how == SampleMethod::kShared;
   const auto kernel = staged ? &sectioned_kernel<out_t, true> : &sectioned_kernel<out_t, false>;
@@ -573,8 +554,8 @@ void launch_sectioned(const at::Tensor& table, int64_t rows, const SectionGrid& 
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                       staged ? cudaSharedmemCarveoutMaxShared : kCachedCarveoutPercent));
-  kernel<<<blocks, staged ? kSharedThreads : kCachedThreads, bytes, stream>>>(
-      table.const_data_ptr<int64_t>(), grid, draw, rows, parts, span_ptr, philox, out);
+  kernel<<<blocks, staged ? kSharedThreads : kCachedThreads, bytes, stream>>>(table.const_data_ptr<int64_t>(), grid,
+                                                                              parts, span_ptr, philox, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -613,33 +594,10 @@ at::Tensor alias_sample_cuda(const at::Tensor& table_in, int64_t num_samples, bo
     if (how == SampleMethod::kBaseline) {
       launch_baseline(table, num_samples, total, generator, o);
     } else {
-      launch_sectioned(table, rows, section_grid(how, n, num_samples), how, DrawRows{}, generator, o);
+      launch_sectioned(table, rows, how, num_samples, generator, o);
     }
   };
   if (out_type == at::kLong) {
-    run(out.mutable_data_ptr<int64_t>());
-  } else {
-    run(out.mutable_data_ptr<int32_t>());
-  }
-  return out;
-}
-
-at::Tensor alias_sample_askers_cuda(const at::Tensor& table_in, at::IntArrayRef counts,
-                                    std::optional<at::ScalarType> dtype, std::optional<at::Generator> generator) {
-  const Askers askers = check_askers(table_in, counts, dtype);
-  const c10::cuda::CUDAGuard guard(table_in.device());
-  at::Tensor out = at::empty({askers.total}, table_in.options().dtype(askers.out_type));
-  if (askers.total == 0) return out;
-  const at::Tensor table = table_in.contiguous();
-  // Counts and offsets travel in one small copy from pinned memory, without a host sync.
-  std::vector<int64_t> plan(askers.count);
-  plan.insert(plan.end(), askers.base.begin(), askers.base.end());
-  const at::Tensor on_device = at::tensor(plan, at::kLong).pin_memory().to(table.device(), /*non_blocking=*/true);
-  const DrawRows draw{on_device.const_data_ptr<int64_t>(), on_device.const_data_ptr<int64_t>() + askers.rows()};
-  auto run = [&](auto* o) {
-    launch_sectioned(table, askers.rows(), askers.grid, SampleMethod::kShared, draw, generator, o);
-  };
-  if (askers.out_type == at::kLong) {
     run(out.mutable_data_ptr<int64_t>());
   } else {
     run(out.mutable_data_ptr<int32_t>());
@@ -652,7 +610,6 @@ at::Tensor alias_sample_askers_cuda(const at::Tensor& table_in, at::IntArrayRef 
 TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
   m.impl("alias_table", &alias_table_cuda);
   m.impl("alias_sample", &alias_sample_cuda);
-  m.impl("_alias_sample_askers", &alias_sample_askers_cuda);
 }
 
 }  // namespace wrs::alias

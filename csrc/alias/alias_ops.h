@@ -8,9 +8,6 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
-#include <algorithm>
-#include <vector>
-
 namespace wrs::alias {
 
 inline void check_weights(const at::Tensor& weights) {
@@ -56,33 +53,6 @@ inline SampleMethod sample_method(bool ordered, c10::string_view method, int64_t
   }
   TORCH_CHECK(rows < (int64_t{1} << 31), "alias_sample: sectioned sampling takes at most 2^31 rows, got ", rows);
   return method == "cached" ? SampleMethod::kCached : SampleMethod::kShared;
-}
-
-// _alias_sample_askers: a one-row table, counts per asker, their output offsets, and the
-// section grid (shared method).
-struct Askers {
-  std::vector<int64_t> count, base;
-  int64_t total = 0;
-  at::ScalarType out_type;
-  SectionGrid grid;
-  int64_t rows() const { return static_cast<int64_t>(count.size()); }
-};
-
-inline Askers check_askers(const at::Tensor& table, at::IntArrayRef counts, std::optional<at::ScalarType> dtype) {
-  check_table(table);
-  TORCH_CHECK(table.dim() == 1, "_alias_sample_askers: table must be one row (1-D), got ", table.dim(), " dims");
-  TORCH_CHECK(counts.size() < (size_t{1} << 31), "_alias_sample_askers: too many counts");
-  Askers a;
-  a.out_type = sample_dtype(dtype);
-  for (const int64_t c : counts) {
-    TORCH_CHECK(c >= 0, "_alias_sample_askers: counts must be non-negative, got ", c);
-    a.count.push_back(c);
-    a.base.push_back(a.total);
-    a.total += c;
-  }
-  // A block draws every asker's share of its section: parts sized for the total.
-  a.grid = section_grid(SampleMethod::kShared, table.size(0), a.total);
-  return a;
 }
 
 inline std::vector<int64_t> sample_shape(const at::Tensor& table, int64_t num_samples) {

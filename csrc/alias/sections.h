@@ -75,26 +75,11 @@ struct SectionSpan {
   int64_t offset;  // where they start in the row's output
 };
 
-// Draw rows. A table of R rows: row r draws g.num_samples from table row r into
-// [r * num_samples, ...). Askers (_alias_sample_askers): R independent multisets from one
-// table row, row r drawing count[r] into [base[r], base[r] + count[r]); each asker's
-// section counts come from its own tree (row r's node streams), and one pass over the
-// table serves them all.
-struct DrawRows {
-  const int64_t* count = nullptr;  // per asker, or nullptr for a table's rows
-  const int64_t* base = nullptr;
-  C10_HOST_DEVICE bool askers() const { return count != nullptr; }
-  C10_HOST_DEVICE int64_t count_of(const SectionGrid& g, int64_t r) const { return askers() ? count[r] : g.num_samples; }
-  C10_HOST_DEVICE int64_t base_of(const SectionGrid& g, int64_t r) const { return askers() ? base[r] : r * g.num_samples; }
-  C10_HOST_DEVICE int64_t table_row(int64_t r) const { return askers() ? 0 : r; }
-};
-
-// The span of `section` among a row's `count` draws. `streams(subsequence)` returns a
-// source of 32-bit draws for that Philox subsequence.
+// `streams(subsequence)` returns a source of 32-bit draws for that Philox subsequence.
 template <typename Streams>
-C10_HOST_DEVICE inline SectionSpan section_span(const SectionGrid& g, int64_t row, int64_t count, int64_t section,
+C10_HOST_DEVICE inline SectionSpan section_span(const SectionGrid& g, int64_t row, int64_t section,
                                                 const Streams& streams) {
-  int64_t lo = 0, hi = g.sections, offset = 0;
+  int64_t lo = 0, hi = g.sections, count = g.num_samples, offset = 0;
   uint64_t node = 1;  // heap numbering: children of v are 2v and 2v + 1
   while (hi - lo > 1 && count > 0) {
     const int64_t mid = lo + (hi - lo) / 2;
