@@ -15,6 +15,7 @@
 #include "common/philox_cuda.cuh"
 #include "llm/dispatch_cuda.h"
 #include "llm/llm_ops.h"
+#include "llm/plain_cuda.cuh"
 #include "llm/select_cuda.cuh"
 
 #include <ATen/Dispatch.h>
@@ -542,10 +543,14 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cuda(
   if (call.rows > 0) {
     const at::PhiloxCudaState philox =
         seeds ? at::PhiloxCudaState(0, 0) : cuda_philox_state(generator, input.device().index(), 4 * num_samples);
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cuda", [&] {
-      run<scalar_t>(call, philox, tokens.mutable_data_ptr<int64_t>(), logprobs ? lp.mutable_data_ptr<float>() : nullptr,
-                    nullptr);
-    });
+    int64_t* t = tokens.mutable_data_ptr<int64_t>();
+    float* l = logprobs ? lp.mutable_data_ptr<float>() : nullptr;
+    if (plain_serves(call)) {  // every item kept: one read of each row (plain_cuda.cu)
+      launch_plain(call, philox, t, l);
+    } else {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cuda",
+                                      [&] { run<scalar_t>(call, philox, t, l, nullptr); });
+    }
   }
   return {tokens.view(call.out_shape), logprobs ? lp.view(call.out_shape) : lp.view({0})};
 }

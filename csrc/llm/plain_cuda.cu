@@ -1,0 +1,302 @@
+// The plain LLM sampler on CUDA (plain_cuda.cuh): every item kept, each row read once.
+// A row is served by a cluster of CTAs (dispatch_cuda.h's size for rows that are not
+// resident), each over whole 128-item segments of its share:
+//   1. stream: a warp per segment, several segments in flight; per segment its largest
+//      value m_j and the float64 sum s_j of its weights (exp(y - m_j) for logits, y for
+//      probabilities), and whether any value is bad;
+//   2. the row's maximum M and, per segment, S_j = s_j exp(m_j - M), scanned over the CTA
+//      and the cluster in row order;
+//   3. per sample, the 53-bit uniform point of the resident path; the segment holding it is
+//      re-read by one warp and walked.
+#include "common/cuda_utils.cuh"
+#include "common/philox_cuda.cuh"
+#include "llm/dispatch_cuda.h"
+#include "llm/plain_cuda.cuh"
+
+#include <ATen/Dispatch.h>
+#include <c10/cuda/CUDAException.h>
+#include <cooperative_groups.h>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <cfloat>
+
+namespace wrs::llm {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kPlainThreads = 512;
+constexpr int kPlainWarps = kPlainThreads / 32;
+constexpr int kSegsPerThread = 4;  // a thread's segments in the scan (blocked)
+constexpr int kMaxSegments = kPlainThreads * kSegsPerThread;
+constexpr int64_t kMaxItems = kMaxSegments * kSegment;  // a CTA's share: 262,144 items
+constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
+
+struct PlainShared {
+  float seg_max[kMaxSegments];
+  double seg_sum[kMaxSegments];
+  float cta_max;
+  int bad;
+  double cta_total;
+  int claim;
+  double claim_lo;
+  union {
+    typename cub::BlockReduce<float, kPlainThreads>::TempStorage max_reduce;
+    typename cub::BlockScan<double, kPlainThreads>::TempStorage scan;
+  };
+};
+
+template <typename scalar_t>
+struct alignas(4 * sizeof(scalar_t)) Four {
+  scalar_t item[4];
+};
+
+// Items 4q .. 4q + 3 of a row (scaled), and how many exist.
+template <typename scalar_t>
+__device__ inline int load_four(const scalar_t* xr, int64_t v, int64_t q, bool aligned, float scale, float (&y)[4]) {
+  if (aligned && 4 * q + 4 <= v) {
+    const Four<scalar_t> f = reinterpret_cast<const Four<scalar_t>*>(xr)[q];
+#pragma unroll
+    for (int h = 0; h < 4; ++h) y[h] = static_cast<float>(f.item[h]) * scale;
+    return 4;
+  }
+  const int present = static_cast<int>(min(int64_t{4}, v - 4 * q));
+#pragma unroll
+  for (int h = 0; h < 4; ++h) y[h] = h < present ? static_cast<float>(xr[4 * q + h]) * scale : 0.0f;
+  return present;
+}
+
+// The weights of a lane's four items relative to the segment's maximum m.
+template <bool kLogits>
+__device__ inline void weights_of(const float (&y)[4], int present, float m, float (&w)[4]) {
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    const bool in = h < present && (kLogits ? m > -INFINITY : true);
+    w[h] = in ? (kLogits ? __expf(y[h] - m) : y[h]) : 0.0f;
+  }
+}
+
+__device__ inline double lane_sum(const float (&w)[4]) {
+  return ((static_cast<double>(w[0]) + w[1]) + w[2]) + w[3];
+}
+
+__device__ inline double warp_sum_d(double x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+  return x;
+}
+
+struct MaxOf {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+__device__ inline float warp_max_f(float x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
+  return x;
+}
+
+template <typename scalar_t, bool kLogits>
+__global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
+    plain_kernel(const scalar_t* x, int64_t v, int64_t samples, Controls controls, at::PhiloxCudaState philox,
+                 int64_t* tokens, float* logprobs) {
+  __shared__ PlainShared sh;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int64_t cs = cluster.num_blocks();
+  const int64_t row = blockIdx.x / cs;
+  const int64_t rank = cluster.block_rank();
+  const RowControls rc = row_controls(controls, row);
+  const int64_t quads = (v + 3) / 4;
+  const int64_t share = share_quads(v, cs);
+  const int64_t q_begin = min(quads, rank * share), q_end = min(quads, (rank + 1) * share);
+  const int nseg = static_cast<int>((q_end - q_begin + 31) / 32);
+  const scalar_t* xr = x + row * v;
+  const bool aligned = reinterpret_cast<uintptr_t>(xr) % sizeof(Four<scalar_t>) == 0;
+  const float scale = kLogits ? rc.inv_temperature : 1.0f;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  // 1. stream
+  int bad = 0;
+  for (int seg0 = warp; seg0 < nseg; seg0 += kPlainWarps * kSegsInFlight) {
+    float y[kSegsInFlight][4];
+    int present[kSegsInFlight];
+#pragma unroll
+    for (int u = 0; u < kSegsInFlight; ++u) {
+      const int64_t q = q_begin + static_cast<int64_t>(seg0 + u * kPlainWarps) * 32 + lane;
+      present[u] = seg0 + u * kPlainWarps < nseg && q < q_end ? load_four(xr, v, q, aligned, scale, y[u]) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kSegsInFlight; ++u) {
+      const int seg = seg0 + u * kPlainWarps;
+      if (seg >= nseg) break;  // the same for the whole warp
+      float m = -INFINITY;
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        if (h < present[u]) {
+          bad |= bad_value<kLogits>(y[u][h]);
+          m = fmaxf(m, y[u][h]);
+        }
+      }
+      m = kLogits ? warp_max_f(m) : 0.0f;
+      float w[4];
+      weights_of<kLogits>(y[u], present[u], m, w);
+      const double s = warp_sum_d(lane_sum(w));
+      if (lane == 0) sh.seg_max[seg] = m, sh.seg_sum[seg] = s;
+    }
+  }
+  __syncthreads();
+
+  // 2. the row's maximum, S_j and their scan
+  float mine = -INFINITY;
+  for (int j = threadIdx.x; j < nseg; j += kPlainThreads) mine = fmaxf(mine, sh.seg_max[j]);
+  const int any_bad = __syncthreads_or(bad);
+  const float block_max = cub::BlockReduce<float, kPlainThreads>(sh.max_reduce).Reduce(mine, MaxOf());
+  if (threadIdx.x == 0) sh.cta_max = block_max, sh.bad = any_bad;
+  cluster.sync();
+  float row_max = -INFINITY;
+  int row_bad = 0;
+  for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
+    const PlainShared* other = cluster.map_shared_rank(&sh, r);
+    row_max = fmaxf(row_max, other->cta_max);
+    row_bad |= other->bad;
+  }
+  double seg_weight[kSegsPerThread], seg_before[kSegsPerThread];
+#pragma unroll
+  for (int k = 0; k < kSegsPerThread; ++k) {
+    const int j = threadIdx.x * kSegsPerThread + k;
+    double s = 0.0;
+    if (j < nseg) {
+      const float m = sh.seg_max[j];
+      s = !kLogits ? sh.seg_sum[j] : m > -INFINITY ? sh.seg_sum[j] * exp(static_cast<double>(m) - row_max) : 0.0;
+    }
+    seg_weight[k] = s;
+  }
+  double cta_total = 0.0;
+  cub::BlockScan<double, kPlainThreads>(sh.scan).ExclusiveSum(seg_weight, seg_before, cta_total);
+  if (threadIdx.x == 0) sh.cta_total = cta_total;
+  cluster.sync();
+  double cta_before = 0.0, grand = 0.0;
+  for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
+    const double t = cluster.map_shared_rank(&sh, r)->cta_total;
+    if (r < rank) cta_before += t;
+    grand += t;
+  }
+  cluster.sync();  // no CTA leaves while another reads its shared memory
+
+  // 3. the draws
+  if (!rc.valid || row_bad || !(grand > 0.0)) {
+    if (rank == 0) {
+      for (int64_t s = threadIdx.x; s < samples; s += kPlainThreads) {
+        tokens[row * samples + s] = 0;
+        if (logprobs) logprobs[row * samples + s] = NAN;
+      }
+    }
+    return;
+  }
+  const double log_norm = (kLogits ? static_cast<double>(row_max) : 0.0) + log(grand);
+  const bool own_seed = controls.seeds != nullptr;
+  const PhiloxSeed gen = philox_seed(philox);
+  const uint64_t key = own_seed ? static_cast<uint64_t>(controls.seeds[row]) : gen.seed;
+  const uint64_t offset = own_seed ? 0 : gen.offset;
+  const uint64_t sub = subsequence(own_seed ? 0 : row, quads, 0);
+  const double below_grand = nextafter(grand, 0.0);
+  for (int64_t s = 0; s < samples; ++s) {
+    const uint4 w4 = philox_block_at(key, offset / 4 + s, sub);
+    const double u = static_cast<double>(((static_cast<uint64_t>(w4.y) << 32) | w4.x) >> 11) * 0x1.0p-53;
+    const double point = min(u * grand, below_grand);
+    if (point < cta_before || point >= cta_before + cta_total) continue;  // another CTA's (the same in a CTA)
+    if (threadIdx.x == 0) sh.claim = -1;
+    __syncthreads();
+    // The last segment with weight that starts at or below the point: no gaps between
+    // segments whatever the rounding of their prefix sums.
+#pragma unroll
+    for (int k = 0; k < kSegsPerThread; ++k) {
+      if (seg_weight[k] > 0.0 && cta_before + seg_before[k] <= point) atomicMax(&sh.claim, threadIdx.x * kSegsPerThread + k);
+    }
+    __syncthreads();
+    const int seg = sh.claim;  // >= 0: the CTA's range holds the point, so one of its segments does
+    if (static_cast<int>(threadIdx.x) == seg / kSegsPerThread) {
+#pragma unroll
+      for (int k = 0; k < kSegsPerThread; ++k) {
+        if (k == seg % kSegsPerThread) sh.claim_lo = cta_before + seg_before[k];
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {
+      const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+      float y[4], w[4];
+      const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
+      const float m = sh.seg_max[seg];
+      weights_of<kLogits>(y, present, m, w);
+      // The point within the segment in the segment's own units (s_j, not S_j).
+      const double target = (point - sh.claim_lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
+      const double mine_sum = lane_sum(w);
+      double incl = mine_sum;
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const double up = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += up;
+      }
+      double cum = incl - mine_sum;
+      int hit = -1, last = -1;
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        cum += w[h];
+        if (w[h] > 0.0f) last = h;
+        if (hit < 0 && w[h] > 0.0f && target < cum) hit = h;
+      }
+      // The first item whose cumulative weight passes the point; where rounding leaves the
+      // point past the segment's walked total, its last item with weight.
+      const unsigned found = __ballot_sync(0xffffffffu, hit >= 0);
+      const unsigned with_weight = __ballot_sync(0xffffffffu, last >= 0);
+      const int pick_lane = found ? __ffs(found) - 1 : 31 - __clz(with_weight);
+      if (lane == pick_lane) {
+        const int h = found ? hit : last;
+        tokens[row * samples + s] = 4 * q + h;
+        if (logprobs) logprobs[row * samples + s] = static_cast<float>((kLogits ? y[h] : log(y[h])) - log_norm);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <typename scalar_t, bool kLogits>
+void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, int cluster) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(call.rows * cluster));
+  config.blockDim = dim3(kPlainThreads);
+  config.stream = at::cuda::getCurrentCUDAStream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, plain_kernel<scalar_t, kLogits>, call.x.const_data_ptr<scalar_t>(), call.v,
+                                    call.samples, call.controls, philox, tokens, logprobs));
+}
+
+}  // namespace
+
+bool plain_serves(const Call& call) {
+  const Controls& c = call.controls;
+  if (c.temperature || c.top_k || c.top_p || c.min_p) return false;  // per-row tensors: the general kernel
+  if (!(c.temperature_value > 0.0f && c.temperature_value <= FLT_MAX)) return false;  // greedy or invalid
+  if ((c.top_k_value > 0 && c.top_k_value < call.v) || c.top_p_value < 1.0f || c.min_p_value > 0.0f) return false;
+  return share_items(call.v, cluster_size(call.rows, call.v, false)) <= kMaxItems;
+}
+
+void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs) {
+  const int cluster = cluster_size(call.rows, call.v, false);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_plain", [&] {
+    if (call.logits) {
+      launch<scalar_t, true>(call, philox, tokens, logprobs, cluster);
+    } else {
+      launch<scalar_t, false>(call, philox, tokens, logprobs, cluster);
+    }
+  });
+}
+
+}  // namespace wrs::llm

@@ -1,0 +1,23 @@
+#pragma once
+// Plain LLM sampling on CUDA (sample_llm with no top-k, top-p or min-p, a positive scalar
+// temperature, per-row seeds or not): a streaming kernel that reads each row once. The law
+// and the draw are the resident path's (sample_cuda.cu): inverse CDF at the same 53-bit
+// uniform point over the row's 128-item segments in row order, float64 sums. Logit weights
+// are exp(y - m_j) for the segment's own maximum m_j, rescaled by exp(m_j - M) in float64
+// once the row's maximum M is known, so one read serves both (the resident path knows M
+// first; the two agree but where float rounding differs).
+#include "llm/llm_ops.h"
+
+#include <ATen/cuda/CUDAContext.h>
+
+namespace wrs::llm {
+
+// Whether a call takes the plain kernel: scalar controls that keep every item (no top-k,
+// top-p, min-p; a temperature above 0) and rows short enough for its segment sums
+// (kPlainMaxSegments a CTA, up to 8 CTAs a row).
+bool plain_serves(const Call& call);
+
+// Launches it on the current stream: tokens [rows, samples], logprobs or nullptr.
+void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs);
+
+}  // namespace wrs::llm
