@@ -124,6 +124,30 @@ def test_long_rows_and_heavy_bins(device):
             assert g_test_pvalue(counts, ref) > P_MIN
 
 
+def test_kept_set_where_segment_maxima_bound_the_threshold(device):
+    """Resident rows bound the top-k (or top-p) threshold from below by their 128-item
+    segments' maxima before any histogram: the kept set must be the sorted law's whatever the
+    layout (the top values in one segment, a sorted row, more than k segments tied at their
+    maxima, k above the number of segments, a peaked row where the bound engages for top-p)."""
+    g = torch.Generator().manual_seed(31)
+    v = 32_000
+    peaked = torch.randn(v, generator=g) * 2
+    peaked[torch.randperm(v, generator=g)[:40]] += 12
+    clustered = torch.randn(v, generator=g)
+    clustered[256:384] += 9  # the largest values in one segment
+    rising = torch.sort(torch.randn(v, generator=g)).values  # each segment's maximum beats the last
+    tied = torch.randn(v, generator=g)
+    tied[::128] = 5.0  # every segment's maximum equal
+    cases = [(peaked, dict(top_k=50)), (peaked, dict(top_p=0.9)), (peaked, dict(top_k=50, top_p=0.9)),
+             (clustered, dict(top_k=100)), (clustered, dict(top_p=0.95)), (rising, dict(top_k=60, top_p=0.5)),
+             (rising, dict(top_p=0.2)), (tied, dict(top_k=30)), (tied, dict(top_k=300, top_p=0.99)),
+             (peaked, dict(top_k=400))]
+    for x, kw in cases:
+        ref = reference(x, **kw)
+        filtered = torch_wrs.filter_logits(x.to(device).expand(3, -1), **kw).cpu()
+        assert torch.equal(torch.isfinite(filtered), (ref > 0).expand(3, -1)), kw
+
+
 def test_per_row_mixture(device):
     """Mixed requests in one batch: each row follows its own controls."""
     g = torch.Generator().manual_seed(5)

@@ -104,6 +104,7 @@ struct Shared {
   Partial part;
   Boundary boundary;
   uint64_t total;
+  uint64_t cta_mass;
   union {
     typename cub::BlockReduce<Partial, kThreads>::TempStorage reduce;
     typename CountMassScan::TempStorage scan;
@@ -260,6 +261,70 @@ __device__ uint32_t select(Shared& sh, const Row<kLogits, scalar_t>& row, bool b
     histogram_pass(sh, row, level + 1, prefix, floor, sh.count, sh.mass, cluster);
     b = find_boundary(sh.count, sh.mass, b.above, target, by_mass, sh.scan, &sh.boundary);
   }
+}
+
+__device__ inline float warp_max(float x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
+  return x;
+}
+
+// A floor under a resident row's top-k (or, without top-k, top-p) threshold, from its
+// segment maxima: the maxima of segments are distinct items, so if those in level-1 bins >= b
+// number k (or carry the top-p target's mass), the threshold is at least bin b's lowest key.
+// Histogram passes then skip the items below it, which on LLM rows are nearly all of them
+// (their shared-memory atomics on a few crowded bins are most of a pass; docs/llm.md, "Where
+// the time goes"). Also returns the row's exact total mass (top-p without top-k needs it).
+template <bool kLogits, typename scalar_t>
+__device__ uint32_t threshold_floor(Shared& sh, const Row<kLogits, scalar_t>& r, const RowControls& rc,
+                                   uint64_t& total, cg::cluster_group& cluster) {
+  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+    sh.local.count[b] = 0;
+    sh.local.part[0][b] = sh.local.part[1][b] = sh.local.part[2][b] = 0;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t share = r.q_end - r.q_begin;
+  const int nseg = static_cast<int>((share + 31) / 32);
+  const bool by_k = rc.top_k_on(r.v);
+  uint64_t mine = 0;
+  for (int seg = warp; seg < nseg; seg += kThreads / 32) {
+    const int64_t qi = static_cast<int64_t>(seg) * 32 + lane;
+    float m = -INFINITY;
+    if (qi < share) {
+      const float4 y4 = reinterpret_cast<const float4*>(r.vals)[qi];
+      const float y[4] = {y4.x, y4.y, y4.z, y4.w};
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        if (4 * (r.q_begin + qi) + h >= r.v) break;
+        m = fmaxf(m, y[h]);
+        if (!by_k) mine += r.q(y[h]);
+      }
+    }
+    m = warp_max(m);
+    if (lane == 0 && (kLogits ? m > -INFINITY : m > 0.0f)) {
+      histogram_add(sh.local, bin_of(order_key(m), 1), quantize_mass(mass_of<kLogits>(m, r.ymax), r.bits), true, false);
+    }
+  }
+  const uint64_t block = cub::BlockReduce<uint64_t, kThreads>(sh.total_reduce).Sum(mine);
+  if (threadIdx.x == 0) sh.cta_mass = block;
+  cluster.sync();
+  total = 0;
+  for (unsigned q = 0; q < cluster.num_blocks(); ++q) total += cluster.map_shared_rank(&sh, q)->cta_mass;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+    uint32_t c = 0;
+    uint64_t ms = 0;
+    for (unsigned q = 0; q < cluster.num_blocks(); ++q) {
+      const Shared* other = cluster.map_shared_rank(&sh, q);
+      c += other->local.count[b];
+      ms += other->local.mass(b, false);
+    }
+    sh.count[b] = c, sh.mass[b] = ms;
+  }
+  cluster.sync();
+  const uint64_t target = by_k ? static_cast<uint64_t>(rc.top_k) : top_p_target(rc.top_p, total);
+  const Boundary b = find_boundary(sh.count, sh.mass, CountMass{0, 0}, target, !by_k, sh.scan, &sh.boundary);
+  return b.bin < 0 ? 0u : static_cast<uint32_t>(b.bin) << level_shift(1);
 }
 
 __device__ inline double warp_sum(double x) {
@@ -425,13 +490,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   // 2. thresholds
   uint32_t thr = 0;
   if (thresholds) {
-    histogram_pass(sh, r, 1, 0, 0, sh.l1_count, sh.l1_mass, cluster);
+    uint64_t total = 0;
+    const uint32_t floor = r.resident ? threshold_floor(sh, r, rc, total, cluster) : 0u;
+    histogram_pass(sh, r, 1, 0, floor, sh.l1_count, sh.l1_mass, cluster);
     CountMass ge{0, 0};
     uint32_t tk = 0;
     if (rc.top_k_on(a.v)) tk = select(sh, r, false, static_cast<uint64_t>(rc.top_k), 0u, ge, cluster);
     thr = tk;
     if (rc.top_p_on()) {
-      const uint64_t m = rc.top_k_on(a.v) ? ge.mass : histogram_mass(sh);
+      const uint64_t m = rc.top_k_on(a.v) ? ge.mass : r.resident ? total : histogram_mass(sh);
       CountMass ge_p{0, 0};
       thr = max(tk, select(sh, r, true, top_p_target(rc.top_p, m), tk, ge_p, cluster));
     }
