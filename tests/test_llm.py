@@ -354,7 +354,7 @@ def test_cuda_graph_capture_and_replay():
 
 
 @requires_cuda
-def test_seeded_draws_match_cpu():
+def test_seeded_cuda_draws_match_cpu():
     """With per-row seeds the CUDA and CPU kernels take the same uniform point of the same
     kept weights in row order: the draws agree but where float rounding differs."""
     g = torch.Generator().manual_seed(12)
@@ -382,7 +382,7 @@ def test_example_runs_on_cpu():
 
 @requires_cuda
 @pytest.mark.parametrize("logits", [True, False])
-def test_plain_kernel_matches_the_general_kernel(logits):
+def test_plain_cuda_kernel_matches_the_general_kernel(logits):
     """Plain calls (scalar controls that keep every item) take the streaming kernel
     (plain_cuda.cu); a per-row temperature tensor of the same values takes the general one.
     With seeds both invert the same uniform point over the same weights in row order: the
@@ -407,7 +407,7 @@ def test_plain_kernel_matches_the_general_kernel(logits):
 
 
 @requires_cuda
-def test_plain_kernel_law_on_rows_past_the_resident_size():
+def test_plain_cuda_kernel_law_on_rows_past_the_resident_size():
     """A million-item row split over a cluster of 8 (few rows, so the plain kernel serves
     it): 1e7 draws on 1,000 coarse bins against the float64 softmax."""
     g = torch.Generator().manual_seed(22)

@@ -69,6 +69,49 @@ def timed(fn, calls=10, reps=15):
     return statistics.median(times)
 
 
+def graphed(fn, calls=20, reps=15):
+    """Median ms per call of `calls` calls captured in one CUDA graph: the GPU's time alone,
+    without the host's per-call work that an eager loop also pays."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    g.replay()
+    times = []
+    for _ in range(reps):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def _latency_table(fi, gen):
+    """Eager against graph-replayed time for small calls: what the host adds per call."""
+    lines = ["Small calls, eager and in a CUDA graph (float32 probabilities): ms per call", "",
+             "| rows x vocab | control | ours eager | ours graph | FlashInfer eager | FlashInfer graph |",
+             "|---|---|---:|---:|---:|---:|"]
+    for b, v in ((1, 32_000), (32, 32_000), (1, 128_256), (32, 128_256)):
+        probs = torch.softmax(_llm_logits(b, v, torch.float32, gen), -1)
+        for name in ("none", "top-k 50", "top-k 50 + top-p 0.9"):
+            kw = _controls(name, b, "cuda")
+            ours = lambda: torch_wrs.sample_probs(probs, **kw)  # noqa: E731  (the default generator: capturable)
+            f = _fi_call(fi, name, probs, kw)
+            row = [timed(ours), graphed(ours)]
+            try:
+                row += [timed(f), graphed(f)] if f is not None else [None, None]
+            except RuntimeError:  # a binding that cannot be captured
+                row += [None, None]
+            lines.append(f"| {b:,} x {v:,} | {name} | " + " | ".join(_fmt(t) for t in row) + " |")
+            print(lines[-1], flush=True)
+    return lines
+
+
 def torch_native(probs, k=None, p=None, min_p=None):
     """The vLLM-style torch path: sort, top-k / top-p / min-p masks, exponential trick."""
     srt, idx = probs.sort(dim=-1, descending=True)
@@ -159,7 +202,8 @@ def run(args):
                     lines.append(f"| {name} | {r['dtype']} | {b:,} x {v:,} | {ours:.4f} | {ours_lp:.4f} | "
                                  f"{_fmt(fi_ms)} | {_fmt(tn)} | {floor:.4f} | {_ratio(fi_ms, ours)} | {_ratio(tn, ours)} |")
                     print(lines[-1], flush=True)
-    lines += ["", *_logits_table(fi, gen, rows, vocabs), "", *_speculative_table(fi, gen), "", *_summary(results)]
+    lines += ["", *_logits_table(fi, gen, rows, vocabs), "", *_latency_table(fi, gen), "", *_speculative_table(fi, gen), "",
+              *_summary(results)]
     text = "\n".join(lines)
     print("\n".join(_summary(results)))
     if args.out:
@@ -169,7 +213,7 @@ def run(args):
 
 def _logits_table(fi, gen, rows, vocabs):
     lines = ["From logits (float32, temperature 1): ms per call", "",
-             "| rows x vocab | ours | FlashInfer `sampling_from_logits` | x FlashInfer | ours, seeds | seeds / plain |",
+             "| rows x vocab | ours | FlashInfer `sampling_from_logits` | x FlashInfer | ours, top-k 50 + top-p 0.9 with seeds | seeds / scalar controls |",
              "|---|---:|---:|---:|---:|---:|"]
     for v in vocabs:
         for b in rows:

@@ -200,6 +200,37 @@ __device__ Partial cluster_partial(Shared& sh, const Partial& mine, cg::cluster_
   return all;
 }
 
+// Sums the cluster's local histograms into (count, mass) of every CTA. CTA r sums a slice of
+// the bins over all CTAs and writes the sums to all of them: each CTA reads 1/c of the bins
+// from each other CTA (independent loads, unrolled), where reading all of them serialised on
+// distributed-shared-memory latency and was most of a small call's histogram pass.
+__device__ __noinline__ void merge_histograms(Shared& sh, bool wide, uint32_t* count, uint64_t* mass, cg::cluster_group& cluster) {
+  cluster.sync();  // every local histogram is complete, and every CTA is done with its last (count, mass)
+  const int cs = static_cast<int>(cluster.num_blocks());
+  const int slice = kBins / cs;
+  const int first = static_cast<int>(cluster.block_rank()) * slice;
+  for (int b = first + threadIdx.x; b < first + slice; b += kThreads) {
+    uint32_t c = 0;
+    uint64_t m = 0;
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) {
+      if (r < cs) {
+        const Shared* other = cluster.map_shared_rank(&sh, r);
+        c += other->local.count[b];
+        m += other->local.mass(b, wide);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) {
+      if (r < cs) {
+        cluster.map_shared_rank(count, r)[b] = c;
+        cluster.map_shared_rank(mass, r)[b] = m;
+      }
+    }
+  }
+  cluster.sync();
+}
+
 // One histogram pass at `level` (items in `prefix`, key >= floor), summed over the
 // cluster into (count, mass).
 template <bool kLogits, typename scalar_t>
@@ -216,18 +247,7 @@ __device__ void histogram_pass(Shared& sh, const Row<kLogits, scalar_t>& row, in
     if (key < floor || !in_prefix(key, level, prefix)) return;
     histogram_add(sh.local, bin_of(key, level), row.q(y), row.need_mass, wide);
   });
-  cluster.sync();
-  for (int b = threadIdx.x; b < kBins; b += kThreads) {
-    uint32_t c = 0;
-    uint64_t m = 0;
-    for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
-      const Shared* other = cluster.map_shared_rank(&sh, r);
-      c += other->local.count[b];
-      m += other->local.mass(b, wide);
-    }
-    count[b] = c, mass[b] = m;
-  }
-  cluster.sync();
+  merge_histograms(sh, wide, count, mass, cluster);
 }
 
 // The level-1 histogram's total mass, in every thread.
@@ -254,10 +274,10 @@ __device__ uint32_t select(Shared& sh, const Row<kLogits, scalar_t>& row, bool b
       return 0;
     }
     prefix = (level == 1 ? 0u : prefix << level_bits(level)) | static_cast<uint32_t>(b.bin);
-    if (level == 3) {
-      ge = AddCountMass()(b.above, b.in_bin);
-      return prefix;
-    }
+    ge = AddCountMass()(b.above, b.in_bin);
+    // Done where the whole boundary bin is kept: a single item, or exactly k items from the
+    // top. Its lowest key then keeps the same set as the exact threshold would.
+    if (level == 3 || b.in_bin.count == 1 || (!by_mass && ge.count == target)) return prefix << level_shift(level);
     histogram_pass(sh, row, level + 1, prefix, floor, sh.count, sh.mass, cluster);
     b = find_boundary(sh.count, sh.mass, b.above, target, by_mass, sh.scan, &sh.boundary);
   }
@@ -308,20 +328,9 @@ __device__ uint32_t threshold_floor(Shared& sh, const Row<kLogits, scalar_t>& r,
   }
   const uint64_t block = cub::BlockReduce<uint64_t, kThreads>(sh.total_reduce).Sum(mine);
   if (threadIdx.x == 0) sh.cta_mass = block;
-  cluster.sync();
+  merge_histograms(sh, false, sh.count, sh.mass, cluster);
   total = 0;
   for (unsigned q = 0; q < cluster.num_blocks(); ++q) total += cluster.map_shared_rank(&sh, q)->cta_mass;
-  for (int b = threadIdx.x; b < kBins; b += kThreads) {
-    uint32_t c = 0;
-    uint64_t ms = 0;
-    for (unsigned q = 0; q < cluster.num_blocks(); ++q) {
-      const Shared* other = cluster.map_shared_rank(&sh, q);
-      c += other->local.count[b];
-      ms += other->local.mass(b, false);
-    }
-    sh.count[b] = c, sh.mass[b] = ms;
-  }
-  cluster.sync();
   const uint64_t target = by_k ? static_cast<uint64_t>(rc.top_k) : top_p_target(rc.top_p, total);
   const Boundary b = find_boundary(sh.count, sh.mass, CountMass{0, 0}, target, !by_k, sh.scan, &sh.boundary);
   return b.bin < 0 ? 0u : static_cast<uint32_t>(b.bin) << level_shift(1);
