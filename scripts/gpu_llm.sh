@@ -4,7 +4,7 @@
 # against FlashInfer (carry .flashinfer, see torch_wrs/benchmark_llm.py). Logs to $OUT.
 #   bash scripts/gpu_llm.sh [bench|bench-quick]
 source "$(dirname "$0")/gpu_build.sh"
-timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/test_sample_logits.py -k cuda 2>&1 | tee "$LOG/llm_tests.log" | tail -15
+timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/test_sample_logits.py -k "cuda or gpu" 2>&1 | tee "$LOG/llm_tests.log" | tail -15
 [ "${SKIP_SANITIZER:-0}" = 1 ] || PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
   python3 -m pytest -q -p no:cacheprovider tests/test_llm.py \
   -k "cuda and (invalid or argument or shapes or greedy or seeds or logprobs or ties or without)" \
