@@ -1,10 +1,25 @@
 #!/usr/bin/env bash
-# On a GPU machine: build, then Nsight Compute over the LLM sampler's kernel for the cases
-# of scripts/profile_llm.py (duration, throughput, occupancy, warp stalls). Logs to $OUT.
+# On a GPU machine: Nsight Compute's per-source-line stall samples of one LLM-sampling call
+# (after gpu_build.sh), as CSV in $LOG/llm_profile_<case>.csv, for docs/llm.md's "Where the
+# time goes". Cases: ROWS V CONTROL (none, topk, topp, topkp).
+#   bash scripts/gpu_llm_profile.sh 32 32000 topk
 source "$(dirname "$0")/gpu_build.sh"
-for c in plain top-p; do
-  timeout 150 ncu --kernel-name regex:sample_kernel --launch-skip 3 --launch-count 1 \
-    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-    python3 scripts/profile_llm.py $c > "$LOG/ncu_$c.txt" 2>&1
-  echo "== $c"; grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Dynamic Shared|Stall|Warp Cycles Per Issued|Block Limit" "$LOG/ncu_$c.txt" | head -24
-done
+rows=${1:-32}; v=${2:-32000}; ctl=${3:-topk}
+cat > "$LOG/call.py" <<PY
+import torch, torch_wrs
+kw = dict(none={}, topk=dict(top_k=50), topp=dict(top_p=0.9), topkp=dict(top_k=50, top_p=0.9))["$ctl"]
+x = torch.randn($rows, $v, device="cuda") * 2
+x[:, :200] += torch.rand($rows, 200, device="cuda") * 8
+p = torch.softmax(x[:, torch.randperm($v, device="cuda")], -1)
+for _ in range(3):
+    torch_wrs.sample_probs(p, **kw)
+torch.cuda.synchronize()
+PY
+timeout 300 ncu --kernel-name regex:"sample_kernel|plain_kernel" --launch-skip 2 --launch-count 1 \
+  --section SourceCounters --section WarpStateStats --section LaunchStats --section Occupancy \
+  --import-source yes --page source --csv --print-source cuda \
+  python3 "$LOG/call.py" > "$LOG/llm_profile_${ctl}.csv" 2> "$LOG/llm_profile.err"
+echo "ncu rc=$? $(wc -c < "$LOG/llm_profile_${ctl}.csv") bytes"
+timeout 300 ncu --kernel-name regex:"sample_kernel|plain_kernel" --launch-skip 2 --launch-count 1 \
+  --section WarpStateStats --section SpeedOfLight python3 "$LOG/call.py" > "$LOG/llm_profile_${ctl}.txt" 2>&1
+grep -E "Duration|Stall|Warp Cycles|Issued" "$LOG/llm_profile_${ctl}.txt" | head -20
