@@ -8,8 +8,8 @@ timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/tes
 [ "${SKIP_SANITIZER:-0}" = 1 ] || PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
   python3 -m pytest -q -p no:cacheprovider tests/test_llm.py \
   -k "cuda and (invalid or argument or shapes or greedy or seeds or logprobs or ties or without)" \
-  > "$LOG/llm_sanitizer.log" 2>&1
-[ "${SKIP_SANITIZER:-0}" = 1 ] || echo "sanitizer rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/llm_sanitizer.log" | tail -2 | tr '\n' ' ')"
+  > "$LOG/llm_sanitizer.log" 2>&1; san=$?
+[ "${SKIP_SANITIZER:-0}" = 1 ] || echo "sanitizer rc=$san $(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/llm_sanitizer.log" | tail -2 | tr '\n' ' ')"
 case "${1:-}" in
   bench) timeout 900 python3 -m torch_wrs.benchmark llm --out "$LOG/llm_bench.md" > "$LOG/llm_bench.log" 2>&1 ;;
   bench-quick) timeout 400 python3 -m torch_wrs.benchmark llm --quick --out "$LOG/llm_bench.md" > "$LOG/llm_bench.log" 2>&1 ;;

@@ -17,10 +17,11 @@
 //      largest probabilities whose mass reaches p, the crossing value included.
 //   6. min-p (m > 0): keep y_i - max y >= log(m) (logits, float32) or y_i >= m * max y.
 //   7. the draw: from the kept items in proportion to exp(l_i), l_i = y_i - max y (logits)
-//      or log y_i (probabilities). CUDA takes the largest race key l_i - log E_i, E_i ~ Exp(1)
-//      from 32 Philox bits (exponential32), in float32: each probability is within about
-//      2^-20 relative of the exact law of the kept set. The CPU inverts the kept items'
-//      float64 cumulative weights at a 53-bit uniform point.
+//      or log y_i (probabilities), by inverting their float64 cumulative weights in row order
+//      at a 53-bit uniform point (the CPU, and CUDA for plain calls and rows of up to 262,144
+//      items). CUDA rows longer than that with controls take the largest race key
+//      l_i - log E_i, E_i ~ Exp(1) from 32 Philox bits (exponential32), in float32: each
+//      probability is within about 2^-20 relative of the exact law of the kept set.
 // A row is invalid (token 0, NaN log-probability; check=True raises instead) when it holds
 // NaN, +inf (logits) or a negative entry (probabilities), has no positive mass, or a
 // per-row control is out of range (T < 0 or NaN, top-p not in (0, 1], min-p NaN).
