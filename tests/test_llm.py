@@ -383,7 +383,7 @@ def test_example_runs_on_cpu():
 @requires_cuda
 @pytest.mark.parametrize("logits", [True, False])
 def test_plain_cuda_kernel_matches_the_general_kernel(logits):
-    """Plain calls (scalar controls that keep every item) take the streaming kernel
+    """Plain calls (scalar controls with no top-k or top-p, min-p or not) take the streaming kernel
     (plain_cuda.cu); a per-row temperature tensor of the same values takes the general one.
     With seeds both invert the same uniform point over the same weights in row order: the
     draws agree but where float rounding differs, and so do the log-probabilities. Invalid
@@ -397,13 +397,14 @@ def test_plain_cuda_kernel_matches_the_general_kernel(logits):
         seeds = torch.arange(rows, device="cuda") * 7919
         sample = torch_wrs.sample_logits if logits else torch_wrs.sample_probs
         per_row = dict(temperature=torch.ones(rows, device="cuda")) if logits else dict(top_k=torch.zeros(rows, dtype=torch.long, device="cuda"))
-        a, la = sample(x, 3, seeds=seeds, return_logprobs="raw")
-        b, lb = sample(x, 3, seeds=seeds, return_logprobs="raw", **per_row)
-        assert (a[0] == 0).all() and torch.isnan(la[0]).all(), "an invalid row gives token 0 and NaN"
-        assert (a == b).double().mean() > 0.99, (rows, v)
-        same = a == b
-        assert torch.allclose(la[same], lb[same], atol=1e-4, rtol=1e-5, equal_nan=True)
-        assert int(a.min()) >= 0 and int(a.max()) < v
+        for min_p, mode in ((None, "raw"), (0.05, "raw"), (0.05, "processed")):
+            a, la = sample(x, 3, seeds=seeds, return_logprobs=mode, min_p=min_p)
+            b, lb = sample(x, 3, seeds=seeds, return_logprobs=mode, min_p=min_p, **per_row)
+            assert (a[0] == 0).all() and torch.isnan(la[0]).all(), "an invalid row gives token 0 and NaN"
+            assert (a == b).double().mean() > 0.99, (rows, v, min_p)
+            same = a == b
+            assert torch.allclose(la[same], lb[same], atol=1e-4, rtol=1e-5, equal_nan=True), (rows, v, min_p, mode)
+            assert int(a.min()) >= 0 and int(a.max()) < v
 
 
 @requires_cuda

@@ -1,11 +1,13 @@
-// The plain LLM sampler on CUDA (plain_cuda.cuh): every item kept, each row read once.
+// The plain LLM sampler on CUDA (plain_cuda.cuh): every item kept, or a scalar min-p, each
+// row read once (and, under min-p, the segments that hold kept items read again).
 // A row is served by a cluster of CTAs (dispatch_cuda.h's size for rows that are not
 // resident), each over whole 128-item segments of its share:
 //   1. stream: a warp per segment, several segments in flight; per segment its largest
 //      value m_j and the float64 sum s_j of its weights (exp(y - m_j) for logits, y for
 //      probabilities), and whether any value is bad;
-//   2. the row's maximum M and, per segment, S_j = s_j exp(m_j - M), scanned over the CTA
-//      and the cluster in row order;
+//   2. the row's maximum M; under min-p, the segments whose maximum is kept re-summed over
+//      their kept items (the others hold none); per segment S_j = s_j exp(m_j - M), scanned
+//      over the CTA and the cluster in row order;
 //   3. per sample, the 53-bit uniform point of the resident path; the segment holding it is
 //      re-read by one warp and walked.
 #include "common/cuda_utils.cuh"
@@ -39,11 +41,13 @@ struct PlainShared {
   float cta_max;
   int bad;
   double cta_total;
+  double cta_all;  // min-p with raw log-probabilities: the whole share's weight
   int claim;
   double claim_lo;
   union {
     typename cub::BlockReduce<float, kPlainThreads>::TempStorage max_reduce;
     typename cub::BlockScan<double, kPlainThreads>::TempStorage scan;
+    typename cub::BlockReduce<double, kPlainThreads>::TempStorage sum_reduce;
   };
 };
 
@@ -100,7 +104,7 @@ __device__ inline float warp_max_f(float x) {
 template <typename scalar_t, bool kLogits>
 __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
     plain_kernel(const scalar_t* x, int64_t v, int64_t samples, Controls controls, at::PhiloxCudaState philox,
-                 int64_t* tokens, float* logprobs) {
+                 int64_t logprob_mode, int64_t* tokens, float* logprobs) {
   __shared__ PlainShared sh;
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t cs = cluster.num_blocks();
@@ -115,6 +119,8 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const bool aligned = reinterpret_cast<uintptr_t>(xr) % sizeof(Four<scalar_t>) == 0;
   const float scale = kLogits ? rc.inv_temperature : 1.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool min_p = rc.min_p_on();
+  const bool raw_all = min_p && logprobs != nullptr && logprob_mode == kRaw;
 
   // 1. stream
   int bad = 0;
@@ -138,7 +144,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
           m = fmaxf(m, y[u][h]);
         }
       }
-      m = kLogits ? warp_max_f(m) : 0.0f;
+      m = kLogits || min_p ? warp_max_f(m) : 0.0f;  // probabilities: only min-p needs the maximum
       float w[4];
       weights_of<kLogits>(y[u], present[u], m, w);
       const double s = warp_sum_d(lane_sum(w));
@@ -161,26 +167,51 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     row_max = fmaxf(row_max, other->cta_max);
     row_bad |= other->bad;
   }
+  auto segment_weight = [&](int j) -> double {  // S_j from s_j
+    if (j >= nseg) return 0.0;
+    const float m = sh.seg_max[j];
+    return !kLogits ? sh.seg_sum[j] : m > -INFINITY ? sh.seg_sum[j] * exp(static_cast<double>(m) - row_max) : 0.0;
+  };
+  // min-p: keep y >= log(min_p) + max (logits) or min_p * max; a segment holds a kept item
+  // exactly where its maximum is kept, and only those are re-read and re-summed.
+  const float log_min_p = __logf(rc.min_p);
+  auto kept = [&](float y) { return !min_p || min_p_keeps<kLogits>(y, row_max, rc.min_p, log_min_p); };
+  if (min_p) {
+    double all = 0.0;
+#pragma unroll
+    for (int k = 0; k < kSegsPerThread; ++k) all += raw_all ? segment_weight(threadIdx.x * kSegsPerThread + k) : 0.0;
+    const double cta_all = cub::BlockReduce<double, kPlainThreads>(sh.sum_reduce).Sum(all);
+    if (threadIdx.x == 0) sh.cta_all = cta_all;
+    __syncthreads();  // every s_j read before it is replaced
+    for (int seg = warp; seg < nseg; seg += kPlainWarps) {
+      const float m = sh.seg_max[seg];
+      double s = 0.0;
+      if (kept(m)) {  // the same for the whole warp
+        const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+        float y[4], w[4];
+        const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
+        weights_of<kLogits>(y, present, m, w);
+#pragma unroll
+        for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
+        s = warp_sum_d(lane_sum(w));
+      }
+      if (lane == 0) sh.seg_sum[seg] = s;
+    }
+    __syncthreads();
+  }
   double seg_weight[kSegsPerThread], seg_before[kSegsPerThread];
 #pragma unroll
-  for (int k = 0; k < kSegsPerThread; ++k) {
-    const int j = threadIdx.x * kSegsPerThread + k;
-    double s = 0.0;
-    if (j < nseg) {
-      const float m = sh.seg_max[j];
-      s = !kLogits ? sh.seg_sum[j] : m > -INFINITY ? sh.seg_sum[j] * exp(static_cast<double>(m) - row_max) : 0.0;
-    }
-    seg_weight[k] = s;
-  }
+  for (int k = 0; k < kSegsPerThread; ++k) seg_weight[k] = segment_weight(threadIdx.x * kSegsPerThread + k);
   double cta_total = 0.0;
   cub::BlockScan<double, kPlainThreads>(sh.scan).ExclusiveSum(seg_weight, seg_before, cta_total);
   if (threadIdx.x == 0) sh.cta_total = cta_total;
   cluster.sync();
-  double cta_before = 0.0, grand = 0.0;
+  double cta_before = 0.0, grand = 0.0, grand_all = 0.0;
   for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
     const double t = cluster.map_shared_rank(&sh, r)->cta_total;
     if (r < rank) cta_before += t;
     grand += t;
+    if (raw_all) grand_all += cluster.map_shared_rank(&sh, r)->cta_all;
   }
   cluster.sync();  // no CTA leaves while another reads its shared memory
 
@@ -194,7 +225,8 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     }
     return;
   }
-  const double log_norm = (kLogits ? static_cast<double>(row_max) : 0.0) + log(grand);
+  // Log-probabilities: under the kept weight, or (raw) under the whole row's.
+  const double log_norm = (kLogits ? static_cast<double>(row_max) : 0.0) + log(raw_all ? grand_all : grand);
   const bool own_seed = controls.seeds != nullptr;
   const PhiloxSeed gen = philox_seed(philox);
   const uint64_t key = own_seed ? static_cast<uint64_t>(controls.seeds[row]) : gen.seed;
@@ -229,6 +261,8 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
       const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
       const float m = sh.seg_max[seg];
       weights_of<kLogits>(y, present, m, w);
+#pragma unroll
+      for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
       // The point within the segment in the segment's own units (s_j, not S_j).
       const double target = (point - sh.claim_lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
       const double mine_sum = lane_sum(w);
@@ -275,7 +309,7 @@ void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float
   config.attrs = attr;
   config.numAttrs = 1;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, plain_kernel<scalar_t, kLogits>, call.x.const_data_ptr<scalar_t>(), call.v,
-                                    call.samples, call.controls, philox, tokens, logprobs));
+                                    call.samples, call.controls, philox, call.logprobs, tokens, logprobs));
 }
 
 }  // namespace
@@ -284,7 +318,7 @@ bool plain_serves(const Call& call) {
   const Controls& c = call.controls;
   if (c.temperature || c.top_k || c.top_p || c.min_p) return false;  // per-row tensors: the general kernel
   if (!(c.temperature_value > 0.0f && c.temperature_value <= FLT_MAX)) return false;  // greedy or invalid
-  if ((c.top_k_value > 0 && c.top_k_value < call.v) || c.top_p_value < 1.0f || c.min_p_value > 0.0f) return false;
+  if ((c.top_k_value > 0 && c.top_k_value < call.v) || c.top_p_value < 1.0f) return false;
   return share_items(call.v, cluster_size(call.rows, call.v, false)) <= kMaxItems;
 }
 
