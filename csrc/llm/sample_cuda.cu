@@ -292,9 +292,9 @@ __device__ inline float warp_max(float x) {
 // A floor under a resident row's top-k (or, without top-k, top-p) threshold, from its
 // segment maxima: the maxima of segments are distinct items, so if those in level-1 bins >= b
 // number k (or carry the top-p target's mass), the threshold is at least bin b's lowest key.
-// Histogram passes then skip the items below it, which on LLM rows are nearly all of them
-// (their shared-memory atomics on a few crowded bins are most of a pass; docs/llm.md, "Where
-// the time goes"). Also returns the row's exact total mass (top-p without top-k needs it).
+// Histogram passes then skip the items below it, which on peaked LLM rows are nearly all of
+// them, and add no atomics for them. Also returns the row's exact total mass (top-p without
+// top-k needs it, and the floored level-1 histogram no longer holds it).
 template <bool kLogits, typename scalar_t>
 __device__ uint32_t threshold_floor(Shared& sh, const Row<kLogits, scalar_t>& r, const RowControls& rc,
                                    uint64_t& total, cg::cluster_group& cluster) {
