@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On a GPU machine: Nsight Compute's per-source-line stall samples of one LLM-sampling call
-# (after gpu_build.sh), as CSV in $LOG/llm_profile_<case>.csv, for docs/llm.md's "Where the
-# time goes". Cases: ROWS V CONTROL (none, topk, topp, topkp).
+# On a GPU machine: Nsight Compute's speed-of-light, warp-state, launch and occupancy
+# sections for one LLM-sampling call (after gpu_build.sh), in $LOG/llm_profile_<case>.txt,
+# for docs/llm.md's "Where the time goes". Cases: ROWS V CONTROL (none, topk, topp, topkp).
 #   bash scripts/gpu_llm_profile.sh 32 32000 topk
 source "$(dirname "$0")/gpu_build.sh"
 rows=${1:-32}; v=${2:-32000}; ctl=${3:-topk}
@@ -16,10 +16,5 @@ for _ in range(3):
 torch.cuda.synchronize()
 PY
 timeout 300 ncu --kernel-name regex:"sample_kernel|plain_kernel" --launch-skip 2 --launch-count 1 \
-  --section SourceCounters --section WarpStateStats --section LaunchStats --section Occupancy \
-  --import-source yes --page source --csv --print-source cuda \
-  python3 "$LOG/call.py" > "$LOG/llm_profile_${ctl}.csv" 2> "$LOG/llm_profile.err"
-echo "ncu rc=$? $(wc -c < "$LOG/llm_profile_${ctl}.csv") bytes"
-timeout 300 ncu --kernel-name regex:"sample_kernel|plain_kernel" --launch-skip 2 --launch-count 1 \
-  --section WarpStateStats --section SpeedOfLight python3 "$LOG/call.py" > "$LOG/llm_profile_${ctl}.txt" 2>&1
+  --section WarpStateStats --section SpeedOfLight --section LaunchStats --section Occupancy python3 "$LOG/call.py" > "$LOG/llm_profile_${ctl}.txt" 2>&1
 grep -E "Duration|Stall|Warp Cycles|Issued" "$LOG/llm_profile_${ctl}.txt" | head -20
