@@ -297,8 +297,19 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
 
 template <typename scalar_t, bool kLogits>
 void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, int cluster) {
-  launch_clusters(plain_kernel<scalar_t, kLogits>, call.rows, cluster, kPlainThreads, 0, call.x.const_data_ptr<scalar_t>(),
-                  call.v, call.samples, call.controls, philox, call.logprobs, tokens, logprobs);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(call.rows * cluster));
+  config.blockDim = dim3(kPlainThreads);
+  config.stream = at::cuda::getCurrentCUDAStream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, plain_kernel<scalar_t, kLogits>, call.x.const_data_ptr<scalar_t>(), call.v,
+                                    call.samples, call.controls, philox, call.logprobs, tokens, logprobs));
 }
 
 }  // namespace

@@ -576,7 +576,19 @@ void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {
     return true;
   }();
   (void)sized;
-  launch_clusters(kernel, call.rows, cluster, kThreads, smem, a);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(call.rows * cluster));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = at::cuda::getCurrentCUDAStream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
 }
 
 template <typename scalar_t>
