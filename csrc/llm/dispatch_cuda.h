@@ -11,8 +11,10 @@
 #include "llm/select_cuda.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace wrs::llm {
 
@@ -36,6 +38,25 @@ inline int cluster_size(int64_t rows, int64_t v, bool resident) {
   while (resident && share_items(v, c) > kResident) c *= 2;
   while (c < kMaxCluster && rows * c * 2 <= sms && v >= kItemsPerCta * c * 2) c *= 2;
   return c;
+}
+
+// Launches `kernel` on the current stream: rows x cluster CTAs of `threads`, in clusters of
+// `cluster` along x (each row's CTAs form one cluster).
+template <typename... Params, typename... Args>
+void launch_clusters(void (*kernel)(Params...), int64_t rows, int cluster, int threads, size_t smem, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(rows * cluster));
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = at::cuda::getCurrentCUDAStream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 }  // namespace wrs::llm

@@ -14,6 +14,7 @@
 #include "common/philox_cuda.cuh"
 #include "llm/dispatch_cuda.h"
 #include "llm/plain_cuda.cuh"
+#include "llm/segments_cuda.cuh"
 
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAException.h>
@@ -51,26 +52,6 @@ struct PlainShared {
   };
 };
 
-template <typename scalar_t>
-struct alignas(4 * sizeof(scalar_t)) Four {
-  scalar_t item[4];
-};
-
-// Items 4q .. 4q + 3 of a row (scaled), and how many exist.
-template <typename scalar_t>
-__device__ inline int load_four(const scalar_t* xr, int64_t v, int64_t q, bool aligned, float scale, float (&y)[4]) {
-  if (aligned && 4 * q + 4 <= v) {
-    const Four<scalar_t> f = reinterpret_cast<const Four<scalar_t>*>(xr)[q];
-#pragma unroll
-    for (int h = 0; h < 4; ++h) y[h] = static_cast<float>(f.item[h]) * scale;
-    return 4;
-  }
-  const int present = static_cast<int>(min(int64_t{4}, v - 4 * q));
-#pragma unroll
-  for (int h = 0; h < 4; ++h) y[h] = h < present ? static_cast<float>(xr[4 * q + h]) * scale : 0.0f;
-  return present;
-}
-
 // The weights of a lane's four items relative to the segment's maximum m.
 template <bool kLogits>
 __device__ inline void weights_of(const float (&y)[4], int present, float m, float (&w)[4]) {
@@ -81,25 +62,9 @@ __device__ inline void weights_of(const float (&y)[4], int present, float m, flo
   }
 }
 
-__device__ inline double lane_sum(const float (&w)[4]) {
-  return ((static_cast<double>(w[0]) + w[1]) + w[2]) + w[3];
-}
-
-__device__ inline double warp_sum_d(double x) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
-  return x;
-}
-
 struct MaxOf {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
-
-__device__ inline float warp_max_f(float x) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
-  return x;
-}
 
 template <typename scalar_t, bool kLogits>
 __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
@@ -116,7 +81,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const int64_t q_begin = min(quads, rank * share), q_end = min(quads, (rank + 1) * share);
   const int nseg = static_cast<int>((q_end - q_begin + 31) / 32);
   const scalar_t* xr = x + row * v;
-  const bool aligned = reinterpret_cast<uintptr_t>(xr) % sizeof(Four<scalar_t>) == 0;
+  const bool aligned = four_aligned(xr);
   const float scale = kLogits ? rc.inv_temperature : 1.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool min_p = rc.min_p_on();
@@ -144,10 +109,10 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
           m = fmaxf(m, y[u][h]);
         }
       }
-      m = kLogits || min_p ? warp_max_f(m) : 0.0f;  // probabilities: only min-p needs the maximum
+      m = kLogits || min_p ? warp_max(m) : 0.0f;  // probabilities: only min-p needs the maximum
       float w[4];
       weights_of<kLogits>(y[u], present[u], m, w);
-      const double s = warp_sum_d(lane_sum(w));
+      const double s = warp_sum(lane_sum(w));
       if (lane == 0) sh.seg_max[seg] = m, sh.seg_sum[seg] = s;
     }
   }
@@ -193,7 +158,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
         weights_of<kLogits>(y, present, m, w);
 #pragma unroll
         for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
-        s = warp_sum_d(lane_sum(w));
+        s = warp_sum(lane_sum(w));
       }
       if (lane == 0) sh.seg_sum[seg] = s;
     }
@@ -265,28 +230,9 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
       for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
       // The point within the segment in the segment's own units (s_j, not S_j).
       const double target = (point - sh.claim_lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
-      const double mine_sum = lane_sum(w);
-      double incl = mine_sum;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const double up = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += up;
-      }
-      double cum = incl - mine_sum;
-      int hit = -1, last = -1;
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        cum += w[h];
-        if (w[h] > 0.0f) last = h;
-        if (hit < 0 && w[h] > 0.0f && target < cum) hit = h;
-      }
-      // The first item whose cumulative weight passes the point; where rounding leaves the
-      // point past the segment's walked total, its last item with weight.
-      const unsigned found = __ballot_sync(0xffffffffu, hit >= 0);
-      const unsigned with_weight = __ballot_sync(0xffffffffu, last >= 0);
-      const int pick_lane = found ? __ffs(found) - 1 : 31 - __clz(with_weight);
+      int h = 0;
+      const int pick_lane = walk_segment(w, target, h);
       if (lane == pick_lane) {
-        const int h = found ? hit : last;
         tokens[row * samples + s] = 4 * q + h;
         if (logprobs) logprobs[row * samples + s] = static_cast<float>((kLogits ? y[h] : log(y[h])) - log_norm);
       }
@@ -297,19 +243,8 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
 
 template <typename scalar_t, bool kLogits>
 void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, int cluster) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(call.rows * cluster));
-  config.blockDim = dim3(kPlainThreads);
-  config.stream = at::cuda::getCurrentCUDAStream();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, plain_kernel<scalar_t, kLogits>, call.x.const_data_ptr<scalar_t>(), call.v,
-                                    call.samples, call.controls, philox, call.logprobs, tokens, logprobs));
+  launch_clusters(plain_kernel<scalar_t, kLogits>, call.rows, cluster, kPlainThreads, 0, call.x.const_data_ptr<scalar_t>(),
+                  call.v, call.samples, call.controls, philox, call.logprobs, tokens, logprobs);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "llm/dispatch_cuda.h"
 #include "llm/llm_ops.h"
 #include "llm/plain_cuda.cuh"
+#include "llm/segments_cuda.cuh"
 #include "llm/select_cuda.cuh"
 
 #include <ATen/Dispatch.h>
@@ -116,24 +117,6 @@ struct Shared {
 constexpr size_t kValsOffset = (sizeof(Shared) + 15) / 16 * 16;
 static_assert(kValsOffset + kResident * sizeof(float) <= 227 * 1024, "a resident CTA's shared memory is over 227 KB");
 
-template <typename scalar_t>
-struct alignas(4 * sizeof(scalar_t)) Quad {
-  scalar_t item[4];
-};
-
-template <typename scalar_t>
-__device__ inline int load_quad(const scalar_t* xr, int64_t v, int64_t q, bool aligned, float (&y)[4]) {
-  if (aligned && 4 * q + 4 <= v) {
-    const Quad<scalar_t> quad = reinterpret_cast<const Quad<scalar_t>*>(xr)[q];
-#pragma unroll
-    for (int h = 0; h < 4; ++h) y[h] = static_cast<float>(quad.item[h]);
-    return 4;
-  }
-  const int present = static_cast<int>(min(int64_t{4}, v - 4 * q));
-  for (int h = 0; h < 4; ++h) y[h] = h < present ? static_cast<float>(xr[4 * q + h]) : 0.0f;
-  return present;
-}
-
 // This CTA's share of a row: quads [q_begin, q_end); its values y (x / T for logits) come
 // from device memory, or from shared memory once `resident` (vals[j] is item 4 q_begin + j).
 template <bool kLogits, typename scalar_t>
@@ -164,7 +147,7 @@ struct Row {
       }
       return;
     }
-    const bool aligned = reinterpret_cast<uintptr_t>(xr) % sizeof(Quad<scalar_t>) == 0;
+    const bool aligned = four_aligned(xr);
     const float scale = kLogits ? inv_t : 1.0f;
     for (int64_t base = q_begin + threadIdx.x; base < q_end; base += kQuadsInFlight * kThreads) {
       float y[kQuadsInFlight][4];
@@ -172,7 +155,7 @@ struct Row {
 #pragma unroll
       for (int t = 0; t < kQuadsInFlight; ++t) {
         const int64_t q = base + t * kThreads;
-        n[t] = q < q_end ? load_quad(xr, v, q, aligned, y[t]) : 0;
+        n[t] = q < q_end ? load_four(xr, v, q, aligned, 1.0f, y[t]) : 0;
       }
 #pragma unroll
       for (int t = 0; t < kQuadsInFlight; ++t) {
@@ -283,12 +266,6 @@ __device__ uint32_t select(Shared& sh, const Row<kLogits, scalar_t>& row, bool b
   }
 }
 
-__device__ inline float warp_max(float x) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
-  return x;
-}
-
 // A floor under a resident row's top-k (or, without top-k, top-p) threshold, from its
 // segment maxima: the maxima of segments are distinct items, so if those in level-1 bins >= b
 // number k (or carry the top-p target's mass), the threshold is at least bin b's lowest key.
@@ -336,12 +313,6 @@ __device__ uint32_t threshold_floor(Shared& sh, const Row<kLogits, scalar_t>& r,
   return b.bin < 0 ? 0u : static_cast<uint32_t>(b.bin) << level_shift(1);
 }
 
-__device__ inline double warp_sum(double x) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
-  return x;
-}
-
 // The draw of a resident row: inverse CDF at a 53-bit uniform point of the kept weight, in
 // row order. Segments (kSegment items, 32 quads, a warp's float4 each) are summed, scanned
 // over the CTA and the cluster; the segment holding the point is walked by one warp. Where
@@ -368,7 +339,7 @@ __device__ void draw_inverse_cdf(Shared& sh, const Row<kLogits, scalar_t>& r, Ke
   for (int seg = warp; seg < nseg; seg += kThreads / 32) {
     float w[4];
     weights(static_cast<int64_t>(seg) * 32 + lane, w);
-    const double sum = warp_sum(((static_cast<double>(w[0]) + w[1]) + w[2]) + w[3]);
+    const double sum = warp_sum(lane_sum(w));
     if (lane == 0) sh.seg_sum[seg] = sum;
   }
   __syncthreads();
@@ -407,21 +378,21 @@ __device__ void draw_inverse_cdf(Shared& sh, const Row<kLogits, scalar_t>& r, Ke
     float w[4];
     const int64_t qi = static_cast<int64_t>(seg) * 32 + lane;
     weights(qi, w);
-    const double lane_sum = ((static_cast<double>(w[0]) + w[1]) + w[2]) + w[3];
-    double incl = lane_sum;
+    const double mine = lane_sum(w);
+    double incl = mine;
 #pragma unroll
     for (int d = 1; d < 32; d *= 2) {
       const double up = __shfl_up_sync(0xffffffffu, incl, d);
       if (lane >= d) incl += up;
     }
-    double cum = cta_before + sh.seg_before[seg] + (incl - lane_sum);
+    double cum = cta_before + sh.seg_before[seg] + (incl - mine);
     int hit = -1;
 #pragma unroll
     for (int h = 0; h < 4; ++h) {
       cum += w[h];
       if (hit < 0 && w[h] > 0.0f && point < cum) hit = h;
     }
-    const unsigned found = __ballot_sync(0xffffffffu, hit >= 0 && point >= cta_before + sh.seg_before[seg] + (incl - lane_sum));
+    const unsigned found = __ballot_sync(0xffffffffu, hit >= 0 && point >= cta_before + sh.seg_before[seg] + (incl - mine));
     if (found == 0 || lane != __ffs(found) - 1) continue;
     const int64_t i = 4 * (r.q_begin + qi) + hit;
     a.tokens[row * a.samples + s] = i;
@@ -576,19 +547,7 @@ void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {
     return true;
   }();
   (void)sized;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(call.rows * cluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = at::cuda::getCurrentCUDAStream();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
+  launch_clusters(kernel, call.rows, cluster, kThreads, smem, a);
 }
 
 template <typename scalar_t>

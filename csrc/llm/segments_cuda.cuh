@@ -1,0 +1,77 @@
+#pragma once
+// Warp-level pieces the LLM kernels share (plain_cuda.cu, sample_cuda.cu, speculative_cuda.cu):
+// a row is read as quads of four items, a warp's 32 quads being one 128-item segment, whose
+// weights are summed in float64 and, for the draw, walked in row order.
+#include <cstdint>
+
+namespace wrs::llm {
+
+template <typename scalar_t>
+struct alignas(4 * sizeof(scalar_t)) Four {
+  scalar_t item[4];
+};
+
+// Items 4q .. 4q + 3 of a row, times `scale`, and how many exist (the rest read as 0).
+template <typename scalar_t>
+__device__ inline int load_four(const scalar_t* xr, int64_t v, int64_t q, bool aligned, float scale, float (&y)[4]) {
+  if (aligned && 4 * q + 4 <= v) {
+    const Four<scalar_t> f = reinterpret_cast<const Four<scalar_t>*>(xr)[q];
+#pragma unroll
+    for (int h = 0; h < 4; ++h) y[h] = static_cast<float>(f.item[h]) * scale;
+    return 4;
+  }
+  const int present = static_cast<int>(min(int64_t{4}, v - 4 * q));
+#pragma unroll
+  for (int h = 0; h < 4; ++h) y[h] = h < present ? static_cast<float>(xr[4 * q + h]) * scale : 0.0f;
+  return present;
+}
+
+template <typename scalar_t>
+__device__ inline bool four_aligned(const scalar_t* p) {
+  return reinterpret_cast<uintptr_t>(p) % sizeof(Four<scalar_t>) == 0;
+}
+
+__device__ inline double lane_sum(const float (&w)[4]) {
+  return ((static_cast<double>(w[0]) + w[1]) + w[2]) + w[3];
+}
+
+__device__ inline double warp_sum(double x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+  return x;
+}
+
+__device__ inline float warp_max(float x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
+  return x;
+}
+
+// A warp's walk of one segment (lane l holds the weights w of its quad): the first item
+// whose cumulative weight in row order passes `target` (in the segment's own units). Where
+// rounding leaves the target past the walked total, the segment's last item with weight.
+// Every lane returns the chosen lane (-1: no item has weight); that lane's `h` is the item.
+__device__ inline int walk_segment(const float (&w)[4], double target, int& h) {
+  const int lane = threadIdx.x % 32;
+  const double mine = lane_sum(w);
+  double incl = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const double up = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += up;
+  }
+  double cum = incl - mine;
+  int hit = -1, last = -1;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    cum += w[k];
+    if (w[k] > 0.0f) last = k;
+    if (hit < 0 && w[k] > 0.0f && target < cum) hit = k;
+  }
+  const unsigned found = __ballot_sync(0xffffffffu, hit >= 0);
+  const unsigned with_weight = __ballot_sync(0xffffffffu, last >= 0);
+  h = found ? hit : last;
+  return found ? __ffs(found) - 1 : with_weight ? 31 - __clz(with_weight) : -1;
+}
+
+}  // namespace wrs::llm
