@@ -1,5 +1,5 @@
-"""LLM sampling (sample_logits / sample_probs with controls, filter_logits,
-speculative_accept): the law of csrc/llm/llm.h against a float64 reference that sorts,
+"""LLM sampling (sample_logits / sample_probs with controls, filter_logits; speculative_accept
+is in test_speculative.py): the law of csrc/llm/llm.h against a float64 reference that sorts,
 per control, together, per row and at ties (G-tests with fixed seeds; 1e8 draws on the GPU),
 seeds, log-probabilities, invalid rows, and the machinery (opcheck, compile, CUDA graphs)."""
 import math
@@ -285,28 +285,6 @@ def test_filter_logits_gradient(device):
     out.masked_fill(torch.isinf(out), 0).sum().backward()
     assert torch.equal(x.grad != 0, torch.isfinite(out.detach()))
     assert torch.allclose(x.grad[x.grad != 0], torch.full((), 2.0, device=device))
-
-
-def test_speculative_law_and_acceptance(device):
-    g = torch.Generator().manual_seed(8)
-    v, s = 30, 3
-    p = torch.softmax(torch.randn(s, v, generator=g), -1)
-    q = torch.softmax(torch.randn(s + 1, v, generator=g), -1)
-    b = 200_000 if device.type == "cuda" else 50_000
-    gen = torch.Generator(device).manual_seed(3)
-    draft_tokens = torch.multinomial(p, b, replacement=True, generator=torch.Generator().manual_seed(4)).T.contiguous()
-    out, acc = torch_wrs.speculative_accept(p.to(device).expand(b, -1, -1), draft_tokens.to(device),
-                                            q.to(device).expand(b, -1, -1), generator=gen)
-    out, acc = out.cpu(), acc.cpu()
-    # the first emitted token follows the target's first row exactly
-    assert g_test_pvalue(torch.bincount(out[:, 0], minlength=v), q[0]) > P_MIN
-    # acceptance of the first draft: sum min(p, q)
-    a1 = torch.minimum(p[0], q[0]).sum().item()
-    assert abs((acc >= 1).double().mean().item() - a1) < 5 * math.sqrt(a1 * (1 - a1) / b)
-    # given acceptance of the first, the second emitted token follows the target's second row
-    second = out[acc >= 1, 1]
-    assert g_test_pvalue(torch.bincount(second, minlength=v), q[1]) > P_MIN
-    assert ((out == -1) == (torch.arange(s + 1) > acc[:, None])).all()
 
 
 def test_opcheck_and_compile(device):
