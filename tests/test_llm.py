@@ -361,28 +361,38 @@ def test_example_runs_on_cpu():
 @requires_cuda
 @pytest.mark.parametrize("logits", [True, False])
 def test_plain_cuda_kernel_matches_the_general_kernel(logits):
-    """Plain calls (scalar controls with no top-k or top-p, min-p or not) take the streaming kernel
-    (plain_cuda.cu); a per-row temperature tensor of the same values takes the general one.
-    With seeds both invert the same uniform point over the same weights in row order: the
+    """Calls with scalar controls (min-p, top-k up to 1,024, top-p over top-k) take the streaming
+    kernel (plain_cuda.cu); a per-row top-k tensor of the same values takes the general one.
+    With seeds both invert the same uniform point over the same kept weights in row order: the
     draws agree but where float rounding differs, and so do the log-probabilities. Invalid
-    rows too; rows past the resident size (the general kernel races there) by their law."""
+    rows too; rows past the resident size (the general kernel races there) by their law. Row
+    1 is tied in thirds: its top-k list overflows and the select reads the row."""
     g = torch.Generator().manual_seed(21)
     for rows, v in ((64, 32_000), (256, 128_256), (2, 200_003)):
         x = torch.randn(rows, v, generator=g) * 2
+        x[1] = torch.randint(0, 3, (v,), generator=g).float()
         x = x if logits else torch.softmax(x, -1) * torch.rand(rows, 1, generator=g)
         x[0, 5] = float("nan")
         x = x.cuda()
         seeds = torch.arange(rows, device="cuda") * 7919
         sample = torch_wrs.sample_logits if logits else torch_wrs.sample_probs
-        per_row = dict(temperature=torch.ones(rows, device="cuda")) if logits else dict(top_k=torch.zeros(rows, dtype=torch.long, device="cuda"))
-        for min_p, mode in ((None, "raw"), (0.05, "raw"), (0.05, "processed")):
-            a, la = sample(x, 3, seeds=seeds, return_logprobs=mode, min_p=min_p)
-            b, lb = sample(x, 3, seeds=seeds, return_logprobs=mode, min_p=min_p, **per_row)
+        cases = [(dict(), "raw"), (dict(min_p=0.05), "raw"), (dict(min_p=0.05), "processed"),
+                 (dict(top_k=50), "processed"), (dict(top_k=50, top_p=0.9), "raw"),
+                 (dict(top_k=1000, top_p=0.5, min_p=0.01), "processed")]
+        if logits:
+            cases.append((dict(top_k=7, temperature=0.7), "raw"))
+        for kw, mode in cases:
+            general = dict(kw, top_k=torch.full((rows,), kw.get("top_k", 0), dtype=torch.long, device="cuda"))
+            a, la = sample(x, 3, seeds=seeds, return_logprobs=mode, **kw)
+            b, lb = sample(x, 3, seeds=seeds, return_logprobs=mode, **general)
             assert (a[0] == 0).all() and torch.isnan(la[0]).all(), "an invalid row gives token 0 and NaN"
-            assert (a == b).double().mean() > 0.99, (rows, v, min_p)
+            assert (a == b).double().mean() > 0.99, (rows, v, kw)
             same = a == b
-            assert torch.allclose(la[same], lb[same], atol=1e-4, rtol=1e-5, equal_nan=True), (rows, v, min_p, mode)
+            assert torch.allclose(la[same], lb[same], atol=1e-4, rtol=1e-5, equal_nan=True), (rows, v, kw, mode)
             assert int(a.min()) >= 0 and int(a.max()) < v
+            if logits and "top_k" in kw:  # every draw in the kept set
+                keep = torch.isfinite(torch_wrs.filter_logits(x, **kw))
+                assert keep[1:].gather(1, a[1:]).all(), (rows, v, kw)
 
 
 @requires_cuda

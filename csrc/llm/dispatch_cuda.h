@@ -13,6 +13,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -38,6 +39,17 @@ inline int cluster_size(int64_t rows, int64_t v, bool resident) {
   while (resident && share_items(v, c) > kResident) c *= 2;
   while (c < kMaxCluster && rows * c * 2 <= sms && v >= kItemsPerCta * c * 2) c *= 2;
   return c;
+}
+
+// Lets kKernel take `bytes` of dynamic shared memory (over the 48 KB default) on the current
+// device: once per device, as the attribute is the device's.
+template <auto kKernel>
+void allow_shared_memory(size_t bytes) {
+  static std::atomic<uint64_t> done{0};
+  const uint64_t bit = uint64_t{1} << (c10::cuda::current_device() % 64);
+  if (done.load(std::memory_order_relaxed) & bit) return;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  done.fetch_or(bit);
 }
 
 // Launches `kernel` on the current stream: rows x cluster CTAs of `threads`, in clusters of

@@ -1,20 +1,26 @@
-// The plain LLM sampler on CUDA (plain_cuda.cuh): every item kept, or a scalar min-p, each
-// row read once (and, under min-p, the segments that hold kept items read again).
+// The plain LLM sampler on CUDA (plain_cuda.cuh): scalar controls, every item kept or a
+// scalar min-p and top-k (top-p over the top-k set), each row read once, then only the
+// segments that can hold kept items read again.
 // A row is served by a cluster of CTAs (dispatch_cuda.h's size for rows that are not
-// resident), each over whole 128-item segments of its share:
+// resident; one CTA under top-k), each over whole 128-item segments of its share:
 //   1. stream: a warp per segment, several segments in flight; per segment its largest
 //      value m_j and the float64 sum s_j of its weights (exp(y - m_j) for logits, y for
 //      probabilities), and whether any value is bad;
-//   2. the row's maximum M; under min-p, the segments whose maximum is kept re-summed over
-//      their kept items (the others hold none); per segment S_j = s_j exp(m_j - M), scanned
-//      over the CTA and the cluster in row order;
-//   3. per sample, the 53-bit uniform point of the resident path; the segment holding it is
+//   2. the row's maximum M; under top-k, the threshold: the k-th largest segment maximum is
+//      a floor under it (the maxima are k distinct items), the items at or above the floor
+//      are listed from their segments, and the sample kernel's radix select runs over the
+//      list (over the row, should the list overflow), then top-p by mass over the top-k set;
+//   3. the segments whose maximum is kept re-summed over their kept items (the others hold
+//      none); per segment S_j = s_j exp(m_j - M), scanned over the CTA and the cluster in
+//      row order;
+//   4. per sample, the 53-bit uniform point of the resident path; the segment holding it is
 //      re-read by one warp and walked.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
 #include "llm/dispatch_cuda.h"
 #include "llm/plain_cuda.cuh"
 #include "llm/segments_cuda.cuh"
+#include "llm/select_cuda.cuh"
 
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAException.h>
@@ -35,14 +41,22 @@ constexpr int kSegsPerThread = 4;  // a thread's segments in the scan (blocked)
 constexpr int kMaxSegments = kPlainThreads * kSegsPerThread;
 constexpr int64_t kMaxItems = kMaxSegments * kSegment;  // a CTA's share: 262,144 items
 constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
+constexpr int kCandidates = 2048;  // items a top-k list holds; past it, selects read the row
 
 struct PlainShared {
   float seg_max[kMaxSegments];
-  double seg_sum[kMaxSegments];
+  union {
+    double seg_sum[kMaxSegments];
+    struct {  // the top-k threshold's, while no s_j is live
+      CtaSelect select;
+      float candidates[kCandidates];
+    };
+  };
+  int listed;
   float cta_max;
   int bad;
   double cta_total;
-  double cta_all;  // min-p with raw log-probabilities: the whole share's weight
+  double cta_all;  // filtered, with raw log-probabilities: the whole share's weight
   int claim;
   double claim_lo;
   union {
@@ -66,11 +80,75 @@ struct MaxOf {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
+static_assert(kPlainThreads == kThreads, "the select's scans assume the plain kernel's block");
+
+// The top-k threshold key of a row one CTA holds (then top-p's over the top-k set, where
+// on): the lowest kept key, 0 keeping every item. Phase 2 of the file comment; not inlined,
+// so its registers do not crowd the stream's.
+template <typename scalar_t, bool kLogits>
+__device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end,
+                                    int nseg, bool aligned, float scale, float row_max, const RowControls& rc) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int bits = mass_bits(v);
+  const bool need_mass = rc.top_p_on();
+  auto positive = [](float y) { return kLogits ? y > -INFINITY : y > 0.0f; };
+  auto mass = [&](float y) { return need_mass ? quantize_mass(mass_of<kLogits>(y, row_max), bits) : uint64_t{0}; };
+  const uint64_t k = static_cast<uint64_t>(rc.top_k);
+  CountMass ge{0, 0};
+  const uint32_t floor = cta_select(
+      sh.select,
+      [&](auto&& f) {
+        for (int j = threadIdx.x; j < nseg; j += kPlainThreads) {
+          if (positive(sh.seg_max[j])) f(order_key(sh.seg_max[j]), uint64_t{0});
+        }
+      },
+      false, k, 0u, ge);
+  if (threadIdx.x == 0) sh.listed = 0;
+  __syncthreads();
+  for (int seg = warp; seg < nseg; seg += kPlainWarps) {
+    const float m = sh.seg_max[seg];
+    if (!positive(m) || order_key(m) < floor) continue;  // the same for the whole warp
+    const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+    float y[4];
+    const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const bool take = h < present && positive(y[h]) && order_key(y[h]) >= floor;
+      const unsigned mask = __ballot_sync(0xffffffffu, take);
+      int base = 0;
+      if (lane == 0 && mask) base = atomicAdd(&sh.listed, __popc(mask));
+      base = __shfl_sync(0xffffffffu, base, 0);
+      const int at = base + __popc(mask & ((1u << lane) - 1u));
+      if (take && at < kCandidates) sh.candidates[at] = y[h];
+    }
+  }
+  __syncthreads();
+  const int listed = sh.listed;
+  auto each = [&](auto&& f) {
+    if (listed <= kCandidates) {
+      for (int i = threadIdx.x; i < listed; i += kPlainThreads) f(order_key(sh.candidates[i]), mass(sh.candidates[i]));
+      return;
+    }
+    for (int64_t q = q_begin + threadIdx.x; q < q_end; q += kPlainThreads) {  // rare: ties past the list
+      float y[4];
+      const int present = load_four(xr, v, q, aligned, scale, y);
+      for (int h = 0; h < present; ++h) {
+        if (positive(y[h]) && order_key(y[h]) >= floor) f(order_key(y[h]), mass(y[h]));
+      }
+    }
+  };
+  const uint32_t tk = cta_select(sh.select, each, false, k, floor, ge);
+  if (!need_mass) return tk;
+  CountMass ge_p{0, 0};
+  return max(tk, cta_select(sh.select, each, true, top_p_target(rc.top_p, ge.mass), tk, ge_p));
+}
+
 template <typename scalar_t, bool kLogits>
 __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
     plain_kernel(const scalar_t* x, int64_t v, int64_t samples, Controls controls, at::PhiloxCudaState philox,
                  int64_t logprob_mode, int64_t* tokens, float* logprobs) {
-  __shared__ PlainShared sh;
+  extern __shared__ __align__(16) unsigned char smem[];  // over the 48 KB of static shared memory
+  PlainShared& sh = *reinterpret_cast<PlainShared*>(smem);
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t cs = cluster.num_blocks();
   const int64_t row = blockIdx.x / cs;
@@ -85,7 +163,9 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const float scale = kLogits ? rc.inv_temperature : 1.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool min_p = rc.min_p_on();
-  const bool raw_all = min_p && logprobs != nullptr && logprob_mode == kRaw;
+  const bool top_k = rc.top_k_on(v);  // the caller gives such rows one CTA (plain_serves)
+  const bool filtering = min_p || top_k;
+  const bool raw_all = filtering && logprobs != nullptr && logprob_mode == kRaw;
 
   // 1. stream
   int bad = 0;
@@ -118,7 +198,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   }
   __syncthreads();
 
-  // 2. the row's maximum, S_j and their scan
+  // 2. the row's maximum and the threshold; 3. the re-sums, S_j and their scan
   float mine = -INFINITY;
   for (int j = threadIdx.x; j < nseg; j += kPlainThreads) mine = fmaxf(mine, sh.seg_max[j]);
   const int any_bad = __syncthreads_or(bad);
@@ -137,17 +217,27 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     const float m = sh.seg_max[j];
     return !kLogits ? sh.seg_sum[j] : m > -INFINITY ? sh.seg_sum[j] * exp(static_cast<double>(m) - row_max) : 0.0;
   };
-  // min-p: keep y >= log(min_p) + max (logits) or min_p * max; a segment holds a kept item
-  // exactly where its maximum is kept, and only those are re-read and re-summed.
-  const float log_min_p = __logf(rc.min_p);
-  auto kept = [&](float y) { return !min_p || min_p_keeps<kLogits>(y, row_max, rc.min_p, log_min_p); };
-  if (min_p) {
+  if (raw_all) {
     double all = 0.0;
 #pragma unroll
-    for (int k = 0; k < kSegsPerThread; ++k) all += raw_all ? segment_weight(threadIdx.x * kSegsPerThread + k) : 0.0;
+    for (int k = 0; k < kSegsPerThread; ++k) all += segment_weight(threadIdx.x * kSegsPerThread + k);
     const double cta_all = cub::BlockReduce<double, kPlainThreads>(sh.sum_reduce).Sum(all);
     if (threadIdx.x == 0) sh.cta_all = cta_all;
-    __syncthreads();  // every s_j read before it is replaced
+  }
+  __syncthreads();  // every s_j read before the select or the re-sums replace them
+  uint32_t thr = 0;
+  if (top_k) {
+    thr = top_k_threshold<scalar_t, kLogits>(sh, xr, v, q_begin, q_end, nseg, aligned, scale, row_max, rc);
+    __syncthreads();  // the select's shared memory read before the re-sums reuse it
+  }
+  // Kept: key >= the top-k (top-p) threshold, and y >= log(min_p) + max (logits) or
+  // min_p * max. Both are thresholds on y, so a segment holds a kept item exactly where its
+  // maximum is kept, and only those are re-read and re-summed.
+  const float log_min_p = __logf(rc.min_p);
+  auto kept = [&](float y) {
+    return order_key(y) >= thr && (!min_p || min_p_keeps<kLogits>(y, row_max, rc.min_p, log_min_p));
+  };
+  if (filtering) {
     for (int seg = warp; seg < nseg; seg += kPlainWarps) {
       const float m = sh.seg_max[seg];
       double s = 0.0;
@@ -180,7 +270,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   }
   cluster.sync();  // no CTA leaves while another reads its shared memory
 
-  // 3. the draws
+  // 4. the draws
   if (!rc.valid || row_bad || !(grand > 0.0)) {
     if (rank == 0) {
       for (int64_t s = threadIdx.x; s < samples; s += kPlainThreads) {
@@ -243,22 +333,30 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
 
 template <typename scalar_t, bool kLogits>
 void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, int cluster) {
-  launch_clusters(plain_kernel<scalar_t, kLogits>, call.rows, cluster, kPlainThreads, 0, call.x.const_data_ptr<scalar_t>(),
+  allow_shared_memory<plain_kernel<scalar_t, kLogits>>(sizeof(PlainShared));
+  launch_clusters(plain_kernel<scalar_t, kLogits>, call.rows, cluster, kPlainThreads, sizeof(PlainShared), call.x.const_data_ptr<scalar_t>(),
                   call.v, call.samples, call.controls, philox, call.logprobs, tokens, logprobs);
 }
 
 }  // namespace
 
+// Top-k takes one CTA a row: its select runs in the CTA, with no cluster steps.
+constexpr int64_t kPlainMaxTopK = 1024;  // larger k: longer lists, the sample kernel
+
+static bool top_k_on(const Call& call) { return call.controls.top_k_value > 0 && call.controls.top_k_value < call.v; }
+
+static int plain_cluster(const Call& call) { return top_k_on(call) ? 1 : cluster_size(call.rows, call.v, false); }
+
 bool plain_serves(const Call& call) {
   const Controls& c = call.controls;
   if (c.temperature || c.top_k || c.top_p || c.min_p) return false;  // per-row tensors: the general kernel
   if (!(c.temperature_value > 0.0f && c.temperature_value <= FLT_MAX)) return false;  // greedy or invalid
-  if ((c.top_k_value > 0 && c.top_k_value < call.v) || c.top_p_value < 1.0f) return false;
-  return share_items(call.v, cluster_size(call.rows, call.v, false)) <= kMaxItems;
+  if (top_k_on(call) ? c.top_k_value > kPlainMaxTopK : c.top_p_value < 1.0f) return false;  // top-p alone too
+  return share_items(call.v, plain_cluster(call)) <= kMaxItems;
 }
 
 void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs) {
-  const int cluster = cluster_size(call.rows, call.v, false);
+  const int cluster = plain_cluster(call);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_plain", [&] {
     if (call.logits) {
       launch<scalar_t, true>(call, philox, tokens, logprobs, cluster);

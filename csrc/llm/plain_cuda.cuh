@@ -1,7 +1,8 @@
 #pragma once
-// Plain LLM sampling on CUDA (sample_llm with no top-k or top-p, a positive scalar
-// temperature, a scalar min-p or none, per-row seeds or not): a streaming kernel that reads
-// each row once (under min-p, the few segments holding kept items twice). The law
+// Plain LLM sampling on CUDA (sample_llm with scalar controls: a positive temperature, a
+// min-p or none, a top-k up to 1,024 or none, top-p only with top-k; per-row seeds or not):
+// a streaming kernel that reads each row once (then the few segments that hold kept items
+// again). The law
 // and the draw are the resident path's (sample_cuda.cu): inverse CDF at the same 53-bit
 // uniform point over the row's 128-item segments in row order, float64 sums. Logit weights
 // are exp(y - m_j) for the segment's own maximum m_j, rescaled by exp(m_j - M) in float64
@@ -13,9 +14,8 @@
 
 namespace wrs::llm {
 
-// Whether a call takes the plain kernel: scalar controls with no top-k or top-p (min-p
-// allowed; a temperature above 0) and rows short enough for its segment sums
-// (kPlainMaxSegments a CTA, up to 8 CTAs a row).
+// Whether a call takes the plain kernel: the scalar controls above, and rows short enough
+// for its segment sums (262,144 items a CTA; up to 8 CTAs a row, one under top-k).
 bool plain_serves(const Call& call);
 
 // Launches it on the current stream: tokens [rows, samples], logprobs or nullptr.

@@ -541,12 +541,7 @@ template <typename scalar_t, bool kLogits>
 void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {
   auto kernel = sample_kernel<scalar_t, kLogits>;
   const size_t smem = resident ? kValsOffset + kResident * sizeof(float) : sizeof(Shared);
-  static const bool sized = [&] {  // once per kernel: shared memory over the 48 KB default
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kValsOffset + kResident * sizeof(float))));
-    return true;
-  }();
-  (void)sized;
+  allow_shared_memory<sample_kernel<scalar_t, kLogits>>(kValsOffset + kResident * sizeof(float));
   launch_clusters(kernel, call.rows, cluster, kThreads, smem, a);
 }
 

@@ -101,4 +101,45 @@ __device__ inline void histogram_add(LocalHistogram& h, int bin, uint64_t q, boo
   atomicAdd(&h.part[2][bin], static_cast<uint32_t>(q >> 28));
 }
 
+// One CTA's select over items it lists itself (plain_cuda.cu): no cluster, and plain 64-bit
+// mass atomics, as the lists are short.
+struct CtaSelect {
+  uint32_t count[kBins];
+  uint64_t mass[kBins];
+  Boundary boundary;
+  typename CountMassScan::TempStorage scan;
+};
+
+// The largest key t such that the items with key >= max(t, floor) reach `target` (in count,
+// or in mass), and their count and mass (ge); 0, keeping everything, where out of reach.
+// `each(f)` calls f(key, q) for each of the CTA's items (q its integer mass, or 0). As the
+// cluster's select in sample_cuda.cu, level by level, stopping where the boundary bin is
+// kept whole.
+template <typename Each>
+__device__ uint32_t cta_select(CtaSelect& s, Each&& each, bool by_mass, uint64_t target, uint32_t floor,
+                               CountMass& ge) {
+  uint32_t prefix = 0;
+  CountMass above{0, 0};
+  for (int level = 1;; ++level) {
+    for (int b = threadIdx.x; b < kBins; b += kThreads) s.count[b] = 0, s.mass[b] = 0;
+    __syncthreads();
+    each([&](uint32_t key, uint64_t q) {
+      if (key < floor || !in_prefix(key, level, prefix)) return;
+      const int bin = bin_of(key, level);
+      atomicAdd(&s.count[bin], 1u);
+      if (q) atomicAdd(reinterpret_cast<unsigned long long*>(&s.mass[bin]), static_cast<unsigned long long>(q));
+    });
+    __syncthreads();
+    const Boundary b = find_boundary(s.count, s.mass, above, target, by_mass, s.scan, &s.boundary);
+    if (b.bin < 0) {
+      ge = CountMass{0, 0};
+      return 0;
+    }
+    prefix = (level == 1 ? 0u : prefix << level_bits(level)) | static_cast<uint32_t>(b.bin);
+    ge = AddCountMass()(b.above, b.in_bin);
+    if (level == 3 || b.in_bin.count == 1 || (!by_mass && ge.count == target)) return prefix << level_shift(level);
+    above = b.above;
+  }
+}
+
 }  // namespace wrs::llm
