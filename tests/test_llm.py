@@ -365,10 +365,11 @@ def test_plain_cuda_kernel_matches_the_general_kernel(logits):
     kernel (plain_cuda.cu); a per-row top-k tensor of the same values takes the general one.
     With seeds both invert the same uniform point over the same kept weights in row order: the
     draws agree but where float rounding differs, and so do the log-probabilities. Invalid
-    rows too; rows past the resident size (the general kernel races there) by their law. Row
-    1 is tied in thirds: its top-k list overflows and the select reads the row."""
+    rows too; rows past the resident size (the general kernel races there) by their law. Few
+    rows split over a cluster, whose CTAs select over all their lists. Row 1 is tied in
+    thirds: its top-k lists overflow and the select reads the row."""
     g = torch.Generator().manual_seed(21)
-    for rows, v in ((64, 32_000), (256, 128_256), (2, 200_003)):
+    for rows, v in ((64, 32_000), (4, 32_000), (256, 128_256), (2, 200_003)):
         x = torch.randn(rows, v, generator=g) * 2
         x[1] = torch.randint(0, 3, (v,), generator=g).float()
         x = x if logits else torch.softmax(x, -1) * torch.rand(rows, 1, generator=g)

@@ -2,14 +2,15 @@
 // scalar min-p and top-k (top-p over the top-k set), each row read once, then only the
 // segments that can hold kept items read again.
 // A row is served by a cluster of CTAs (dispatch_cuda.h's size for rows that are not
-// resident; one CTA under top-k), each over whole 128-item segments of its share:
+// resident), each over whole 128-item segments of its share:
 //   1. stream: a warp per segment, several segments in flight; per segment its largest
 //      value m_j and the float64 sum s_j of its weights (exp(y - m_j) for logits, y for
 //      probabilities), and whether any value is bad;
-//   2. the row's maximum M; under top-k, the threshold: the k-th largest segment maximum is
-//      a floor under it (the maxima are k distinct items), the items at or above the floor
-//      are listed from their segments, and the sample kernel's radix select runs over the
-//      list (over the row, should the list overflow), then top-p by mass over the top-k set;
+//   2. the row's maximum M; under top-k (a kernel of its own), the threshold: the k-th
+//      largest segment maximum of the row is a floor under it (the maxima are k distinct
+//      items), each CTA lists its items at or above the floor from its segments, and every
+//      CTA runs the sample kernel's radix select over all the cluster's lists (over the row,
+//      should a list overflow), then top-p by mass over the top-k set;
 //   3. the segments whose maximum is kept re-summed over their kept items (the others hold
 //      none); per segment S_j = s_j exp(m_j - M), scanned over the CTA and the cluster in
 //      row order;
@@ -41,18 +42,11 @@ constexpr int kSegsPerThread = 4;  // a thread's segments in the scan (blocked)
 constexpr int kMaxSegments = kPlainThreads * kSegsPerThread;
 constexpr int64_t kMaxItems = kMaxSegments * kSegment;  // a CTA's share: 262,144 items
 constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
-constexpr int kCandidates = 2048;  // items a top-k list holds; past it, selects read the row
+constexpr int kCandidates = 2048;  // items a CTA's top-k list holds; past it, selects read the row
 
 struct PlainShared {
   float seg_max[kMaxSegments];
-  union {
-    double seg_sum[kMaxSegments];
-    struct {  // the top-k threshold's, while no s_j is live
-      CtaSelect select;
-      float candidates[kCandidates];
-    };
-  };
-  int listed;
+  double seg_sum[kMaxSegments];
   float cta_max;
   int bad;
   double cta_total;
@@ -65,6 +59,15 @@ struct PlainShared {
     typename cub::BlockReduce<double, kPlainThreads>::TempStorage sum_reduce;
   };
 };
+
+// The top-k kernel's shared memory, after PlainShared: the select's histogram and this CTA's
+// list of items at or above the floor.
+struct TopKShared {
+  CtaSelect select;
+  float candidates[kCandidates];
+  int listed;
+};
+constexpr size_t kTopKOffset = (sizeof(PlainShared) + 15) / 16 * 16;
 
 // The weights of a lane's four items relative to the segment's maximum m.
 template <bool kLogits>
@@ -82,30 +85,43 @@ struct MaxOf {
 
 static_assert(kPlainThreads == kThreads, "the select's scans assume the plain kernel's block");
 
-// The top-k threshold key of a row one CTA holds (then top-p's over the top-k set, where
-// on): the lowest kept key, 0 keeping every item. Phase 2 of the file comment; not inlined,
-// so its registers do not crowd the stream's.
+// The top-k threshold key of a row (then top-p's over the top-k set, where on): the lowest
+// kept key, 0 keeping every item; the same in every CTA of the cluster, which each select
+// over the whole row's lists. Phase 2 of the file comment; not inlined, so its registers do
+// not crowd the stream's.
 template <typename scalar_t, bool kLogits>
-__device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end,
-                                    int nseg, bool aligned, float scale, float row_max, const RowControls& rc) {
+__device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts, cg::cluster_group& cluster,
+                                                 const scalar_t* xr, int64_t v, int64_t share, bool aligned,
+                                                 float scale, float row_max, const RowControls& rc) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned cs = cluster.num_blocks(), rank = cluster.block_rank();
+  const int64_t quads = (v + 3) / 4;
+  auto first_quad = [&](unsigned r) { return min(quads, static_cast<int64_t>(r) * share); };
+  auto segments = [&](unsigned r) { return static_cast<int>((first_quad(r + 1) - first_quad(r) + 31) / 32); };
   const int bits = mass_bits(v);
   const bool need_mass = rc.top_p_on();
   auto positive = [](float y) { return kLogits ? y > -INFINITY : y > 0.0f; };
   auto mass = [&](float y) { return need_mass ? quantize_mass(mass_of<kLogits>(y, row_max), bits) : uint64_t{0}; };
   const uint64_t k = static_cast<uint64_t>(rc.top_k);
   CountMass ge{0, 0};
+  // The floor: the k-th largest segment maximum of the row (every CTA's, complete since the
+  // cluster step that found the row's maximum).
   const uint32_t floor = cta_select(
-      sh.select,
+      ts.select,
       [&](auto&& f) {
-        for (int j = threadIdx.x; j < nseg; j += kPlainThreads) {
-          if (positive(sh.seg_max[j])) f(order_key(sh.seg_max[j]), uint64_t{0});
+        for (unsigned r = 0; r < cs; ++r) {
+          const float* seg_max = cluster.map_shared_rank(sh.seg_max, r);
+          for (int j = threadIdx.x; j < segments(r); j += kPlainThreads) {
+            if (positive(seg_max[j])) f(order_key(seg_max[j]), uint64_t{0});
+          }
         }
       },
       false, k, 0u, ge);
-  if (threadIdx.x == 0) sh.listed = 0;
+  // This CTA's list: the items at or above the floor, from the segments whose maximum is.
+  if (threadIdx.x == 0) ts.listed = 0;
   __syncthreads();
-  for (int seg = warp; seg < nseg; seg += kPlainWarps) {
+  const int64_t q_begin = first_quad(rank), q_end = first_quad(rank + 1);
+  for (int seg = warp; seg < segments(rank); seg += kPlainWarps) {
     const float m = sh.seg_max[seg];
     if (!positive(m) || order_key(m) < floor) continue;  // the same for the whole warp
     const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
@@ -116,20 +132,25 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, const scalar_t
       const bool take = h < present && positive(y[h]) && order_key(y[h]) >= floor;
       const unsigned mask = __ballot_sync(0xffffffffu, take);
       int base = 0;
-      if (lane == 0 && mask) base = atomicAdd(&sh.listed, __popc(mask));
+      if (lane == 0 && mask) base = atomicAdd(&ts.listed, __popc(mask));
       base = __shfl_sync(0xffffffffu, base, 0);
       const int at = base + __popc(mask & ((1u << lane) - 1u));
-      if (take && at < kCandidates) sh.candidates[at] = y[h];
+      if (take && at < kCandidates) ts.candidates[at] = y[h];
     }
   }
-  __syncthreads();
-  const int listed = sh.listed;
+  cluster.sync();  // every CTA's list complete
+  bool listed = true;
+  for (unsigned r = 0; r < cs; ++r) listed &= cluster.map_shared_rank(&ts, r)->listed <= kCandidates;
   auto each = [&](auto&& f) {
-    if (listed <= kCandidates) {
-      for (int i = threadIdx.x; i < listed; i += kPlainThreads) f(order_key(sh.candidates[i]), mass(sh.candidates[i]));
+    if (listed) {
+      for (unsigned r = 0; r < cs; ++r) {
+        const TopKShared* o = cluster.map_shared_rank(&ts, r);
+        const int n = o->listed;
+        for (int i = threadIdx.x; i < n; i += kPlainThreads) f(order_key(o->candidates[i]), mass(o->candidates[i]));
+      }
       return;
     }
-    for (int64_t q = q_begin + threadIdx.x; q < q_end; q += kPlainThreads) {  // rare: ties past the list
+    for (int64_t q = threadIdx.x; q < quads; q += kPlainThreads) {  // rare: ties past a list; the whole row
       float y[4];
       const int present = load_four(xr, v, q, aligned, scale, y);
       for (int h = 0; h < present; ++h) {
@@ -137,17 +158,17 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, const scalar_t
       }
     }
   };
-  const uint32_t tk = cta_select(sh.select, each, false, k, floor, ge);
+  const uint32_t tk = cta_select(ts.select, each, false, k, floor, ge);
   if (!need_mass) return tk;
   CountMass ge_p{0, 0};
-  return max(tk, cta_select(sh.select, each, true, top_p_target(rc.top_p, ge.mass), tk, ge_p));
+  return max(tk, cta_select(ts.select, each, true, top_p_target(rc.top_p, ge.mass), tk, ge_p));
 }
 
-template <typename scalar_t, bool kLogits>
+template <typename scalar_t, bool kLogits, bool kTopK>
 __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
     plain_kernel(const scalar_t* x, int64_t v, int64_t samples, Controls controls, at::PhiloxCudaState philox,
                  int64_t logprob_mode, int64_t* tokens, float* logprobs) {
-  extern __shared__ __align__(16) unsigned char smem[];  // over the 48 KB of static shared memory
+  extern __shared__ __align__(16) unsigned char smem[];  // top-k: over the 48 KB of static shared memory
   PlainShared& sh = *reinterpret_cast<PlainShared*>(smem);
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t cs = cluster.num_blocks();
@@ -163,7 +184,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const float scale = kLogits ? rc.inv_temperature : 1.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool min_p = rc.min_p_on();
-  const bool top_k = rc.top_k_on(v);  // the caller gives such rows one CTA (plain_serves)
+  const bool top_k = kTopK && rc.top_k_on(v);
   const bool filtering = min_p || top_k;
   const bool raw_all = filtering && logprobs != nullptr && logprob_mode == kRaw;
 
@@ -189,7 +210,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
           m = fmaxf(m, y[u][h]);
         }
       }
-      m = kLogits || min_p ? warp_max(m) : 0.0f;  // probabilities: only min-p needs the maximum
+      m = kLogits || min_p || top_k ? warp_max(m) : 0.0f;  // probabilities: only thresholds need the maximum
       float w[4];
       weights_of<kLogits>(y[u], present[u], m, w);
       const double s = warp_sum(lane_sum(w));
@@ -224,12 +245,10 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     const double cta_all = cub::BlockReduce<double, kPlainThreads>(sh.sum_reduce).Sum(all);
     if (threadIdx.x == 0) sh.cta_all = cta_all;
   }
-  __syncthreads();  // every s_j read before the select or the re-sums replace them
-  uint32_t thr = 0;
-  if (top_k) {
-    thr = top_k_threshold<scalar_t, kLogits>(sh, xr, v, q_begin, q_end, nseg, aligned, scale, row_max, rc);
-    __syncthreads();  // the select's shared memory read before the re-sums reuse it
-  }
+  __syncthreads();  // every s_j read before the re-sums replace them
+  const uint32_t thr = top_k ? top_k_threshold<scalar_t, kLogits>(sh, *reinterpret_cast<TopKShared*>(smem + kTopKOffset),
+                                                                  cluster, xr, v, share, aligned, scale, row_max, rc)
+                             : 0u;
   // Kept: key >= the top-k (top-p) threshold, and y >= log(min_p) + max (logits) or
   // min_p * max. Both are thresholds on y, so a segment holds a kept item exactly where its
   // maximum is kept, and only those are re-read and re-summed.
@@ -331,37 +350,38 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   }
 }
 
-template <typename scalar_t, bool kLogits>
+template <typename scalar_t, bool kLogits, bool kTopK>
 void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, int cluster) {
-  allow_shared_memory<plain_kernel<scalar_t, kLogits>>(sizeof(PlainShared));
-  launch_clusters(plain_kernel<scalar_t, kLogits>, call.rows, cluster, kPlainThreads, sizeof(PlainShared), call.x.const_data_ptr<scalar_t>(),
-                  call.v, call.samples, call.controls, philox, call.logprobs, tokens, logprobs);
+  const size_t smem = kTopK ? kTopKOffset + sizeof(TopKShared) : sizeof(PlainShared);
+  if (kTopK) allow_shared_memory<plain_kernel<scalar_t, kLogits, kTopK>>(smem);
+  launch_clusters(plain_kernel<scalar_t, kLogits, kTopK>, call.rows, cluster, kPlainThreads, smem,
+                  call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs, tokens,
+                  logprobs);
 }
 
 }  // namespace
 
-// Top-k takes one CTA a row: its select runs in the CTA, with no cluster steps.
-constexpr int64_t kPlainMaxTopK = 1024;  // larger k: longer lists, the sample kernel
+constexpr int64_t kPlainMaxTopK = 1024;  // larger k: longer lists; the sample kernel takes them
 
 static bool top_k_on(const Call& call) { return call.controls.top_k_value > 0 && call.controls.top_k_value < call.v; }
-
-static int plain_cluster(const Call& call) { return top_k_on(call) ? 1 : cluster_size(call.rows, call.v, false); }
 
 bool plain_serves(const Call& call) {
   const Controls& c = call.controls;
   if (c.temperature || c.top_k || c.top_p || c.min_p) return false;  // per-row tensors: the general kernel
   if (!(c.temperature_value > 0.0f && c.temperature_value <= FLT_MAX)) return false;  // greedy or invalid
   if (top_k_on(call) ? c.top_k_value > kPlainMaxTopK : c.top_p_value < 1.0f) return false;  // top-p alone too
-  return share_items(call.v, plain_cluster(call)) <= kMaxItems;
+  return share_items(call.v, cluster_size(call.rows, call.v, false)) <= kMaxItems;
 }
 
 void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs) {
-  const int cluster = plain_cluster(call);
+  const int cluster = cluster_size(call.rows, call.v, false);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_plain", [&] {
     if (call.logits) {
-      launch<scalar_t, true>(call, philox, tokens, logprobs, cluster);
+      top_k_on(call) ? launch<scalar_t, true, true>(call, philox, tokens, logprobs, cluster)
+                     : launch<scalar_t, true, false>(call, philox, tokens, logprobs, cluster);
     } else {
-      launch<scalar_t, false>(call, philox, tokens, logprobs, cluster);
+      top_k_on(call) ? launch<scalar_t, false, true>(call, philox, tokens, logprobs, cluster)
+                     : launch<scalar_t, false, false>(call, philox, tokens, logprobs, cluster);
     }
   });
 }

@@ -15,7 +15,7 @@
 namespace wrs::llm {
 
 // Whether a call takes the plain kernel: the scalar controls above, and rows short enough
-// for its segment sums (262,144 items a CTA; up to 8 CTAs a row, one under top-k).
+// for its segment sums (262,144 items a CTA, up to 8 CTAs a row).
 bool plain_serves(const Call& call);
 
 // Launches it on the current stream: tokens [rows, samples], logprobs or nullptr.

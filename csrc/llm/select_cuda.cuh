@@ -110,8 +110,8 @@ struct CtaSelect {
   typename CountMassScan::TempStorage scan;
 };
 
-// The largest key t such that the items with key >= max(t, floor) reach `target` (in count,
-// or in mass), and their count and mass (ge); 0, keeping everything, where out of reach.
+// The largest key t >= floor such that the items with key >= t reach `target` (in count, or
+// in mass), and their count and mass (ge); 0, keeping everything, where out of reach.
 // `each(f)` calls f(key, q) for each of the CTA's items (q its integer mass, or 0). As the
 // cluster's select in sample_cuda.cu, level by level, stopping where the boundary bin is
 // kept whole.
@@ -137,7 +137,8 @@ __device__ uint32_t cta_select(CtaSelect& s, Each&& each, bool by_mass, uint64_t
     }
     prefix = (level == 1 ? 0u : prefix << level_bits(level)) | static_cast<uint32_t>(b.bin);
     ge = AddCountMass()(b.above, b.in_bin);
-    if (level == 3 || b.in_bin.count == 1 || (!by_mass && ge.count == target)) return prefix << level_shift(level);
+    // The bin's lowest key may lie under the floor, whose items were not counted.
+    if (level == 3 || b.in_bin.count == 1 || (!by_mass && ge.count == target)) return max(prefix << level_shift(level), floor);
     above = b.above;
   }
 }
