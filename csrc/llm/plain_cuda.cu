@@ -60,12 +60,17 @@ struct PlainShared {
   };
 };
 
-// The top-k kernel's shared memory, after PlainShared: the select's histogram and this CTA's
-// list of items at or above the floor.
+// The top-k kernel's shared memory, after PlainShared: the select's histogram, this CTA's
+// list of items at or above the floor, and the cluster's lists gathered where they are short.
+constexpr int kRanked = kPlainThreads;  // lists this short are ranked by counting, an item a thread
 struct TopKShared {
   CtaSelect select;
   float candidates[kCandidates];
   int listed;
+  uint32_t keys[kRanked];
+  uint64_t masses[kRanked];
+  uint32_t thr_k, thr_p;
+  unsigned long long mass_k;
 };
 constexpr size_t kTopKOffset = (sizeof(PlainShared) + 15) / 16 * 16;
 
@@ -140,7 +145,51 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts
   }
   cluster.sync();  // every CTA's list complete
   bool listed = true;
-  for (unsigned r = 0; r < cs; ++r) listed &= cluster.map_shared_rank(&ts, r)->listed <= kCandidates;
+  int total = 0;
+  for (unsigned r = 0; r < cs; ++r) {
+    const int n = cluster.map_shared_rank(&ts, r)->listed;
+    listed &= n <= kCandidates;
+    total += n;
+  }
+  if (threadIdx.x == 0) ts.thr_k = 0, ts.thr_p = 0, ts.mass_k = 0;
+  if (listed && total <= kRanked) {
+    // Short lists (the usual case): thread t ranks item t of the lists against all of them.
+    // The top-k threshold is the key with fewer than k items above it and k at or above;
+    // top-p's, the key with less than the target's mass above it and the target at or above.
+    const bool mine = static_cast<int>(threadIdx.x) < total;
+    uint32_t key = 0;
+    uint64_t q = 0;
+    if (mine) {
+      int i = threadIdx.x;
+      unsigned r = 0;
+      for (; i >= cluster.map_shared_rank(&ts, r)->listed; ++r) i -= cluster.map_shared_rank(&ts, r)->listed;
+      const float y = cluster.map_shared_rank(&ts, r)->candidates[i];
+      key = order_key(y), q = mass(y);
+      ts.keys[threadIdx.x] = key, ts.masses[threadIdx.x] = q;
+    }
+    __syncthreads();
+    if (mine) {
+      uint64_t above = 0, at_or_above = 0;
+      for (int j = 0; j < total; ++j) above += ts.keys[j] > key, at_or_above += ts.keys[j] >= key;
+      if (above < k && k <= at_or_above) ts.thr_k = key;  // every writer writes the same key
+    }
+    __syncthreads();
+    const uint32_t tk = ts.thr_k;
+    if (!need_mass) return tk;
+    if (mine && key >= tk) atomicAdd(&ts.mass_k, static_cast<unsigned long long>(q));
+    __syncthreads();
+    const uint64_t target = top_p_target(rc.top_p, ts.mass_k);
+    if (mine && key >= tk) {
+      uint64_t above = 0, at_or_above = 0;
+      for (int j = 0; j < total; ++j) {
+        const uint32_t kj = ts.keys[j];
+        if (kj >= tk) above += kj > key ? ts.masses[j] : 0, at_or_above += kj >= key ? ts.masses[j] : 0;
+      }
+      if (above < target && target <= at_or_above) ts.thr_p = key;
+    }
+    __syncthreads();
+    return max(tk, ts.thr_p);
+  }
   auto each = [&](auto&& f) {
     if (listed) {
       for (unsigned r = 0; r < cs; ++r) {
@@ -160,8 +209,13 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts
   };
   const uint32_t tk = cta_select(ts.select, each, false, k, floor, ge);
   if (!need_mass) return tk;
+  // The top-k set's mass (all listed items' where fewer than k have weight: tk = 0).
+  each([&](uint32_t key, uint64_t q) {
+    if (key >= tk && q) atomicAdd(&ts.mass_k, static_cast<unsigned long long>(q));
+  });
+  __syncthreads();
   CountMass ge_p{0, 0};
-  return max(tk, cta_select(ts.select, each, true, top_p_target(rc.top_p, ge.mass), tk, ge_p));
+  return max(tk, cta_select(ts.select, each, true, top_p_target(rc.top_p, ts.mass_k), tk, ge_p));
 }
 
 template <typename scalar_t, bool kLogits, bool kTopK>
