@@ -367,13 +367,15 @@ def test_plain_cuda_kernel_matches_the_general_kernel(logits):
     draws agree but where float rounding differs, and so do the log-probabilities. Invalid
     rows too; rows past the resident size (the general kernel races there) by their law. Few
     rows split over a cluster, whose CTAs select over all their lists. Row 1 is tied in
-    thirds: its top-k lists overflow and the select reads the row. Row 2 has 20 items with
-    weight, fewer than k: top-p then applies to all 20."""
+    thirds: its top-k lists overflow and the select reads the row. Rows 2 and 3 have 600 and 20
+    items with weight (radix levels and ranks), at times fewer than k: top-p then applies to
+    all of them."""
     g = torch.Generator().manual_seed(21)
-    for rows, v in ((64, 32_000), (4, 32_000), (256, 128_256), (3, 200_003)):
+    for rows, v in ((64, 32_000), (4, 32_000), (256, 128_256), (4, 200_003)):
         x = torch.randn(rows, v, generator=g) * 2
         x[1] = torch.randint(0, 3, (v,), generator=g).float()
-        x[2, 20:] = float("-inf")
+        x[2, 600:] = float("-inf")
+        x[3, 20:] = float("-inf")
         x = x if logits else torch.softmax(x, -1) * torch.rand(rows, 1, generator=g)
         x[0, 5] = float("nan")
         x = x.cuda()
