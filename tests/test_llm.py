@@ -360,16 +360,15 @@ def test_example_runs_on_cpu():
 
 @requires_cuda
 @pytest.mark.parametrize("logits", [True, False])
-def test_plain_cuda_kernel_matches_the_general_kernel(logits):
-    """Calls with scalar controls (min-p, top-k up to 1,024, top-p over top-k) take the streaming
-    kernel (plain_cuda.cu); a per-row top-k tensor of the same values takes the general one.
-    With seeds both invert the same uniform point over the same kept weights in row order: the
+def test_plain_cuda_kernel_matches_the_cpu_kernel(logits):
+    """Calls with controls the streaming kernel serves (plain_cuda.cu: min-p, top-k up to 1,024,
+    top-p over top-k), as numbers and as per-row tensors of the same values. With seeds the
+    CPU kernel inverts the same uniform point over the same kept weights in row order: the
     draws agree but where float rounding differs, and so do the log-probabilities. Invalid
-    rows too; rows past the resident size (the general kernel races there) by their law. Few
-    rows split over a cluster, whose CTAs select over all their lists. Row 1 is tied in
-    thirds: its top-k lists overflow and the select reads the row. Rows 2 and 3 have 600 and 20
-    items with weight (radix levels and ranks), at times fewer than k: top-p then applies to
-    all of them."""
+    rows too. Few rows split over a cluster, whose CTAs select over all their lists. Row 1
+    is tied in thirds: its top-k lists overflow and the select reads the row. Rows 2 and 3
+    have 600 and 20 items with weight (radix levels and ranks), at times fewer than k: top-p
+    then applies to all of them."""
     g = torch.Generator().manual_seed(21)
     for rows, v in ((64, 32_000), (4, 32_000), (256, 128_256), (4, 200_003)):
         x = torch.randn(rows, v, generator=g) * 2
@@ -387,17 +386,42 @@ def test_plain_cuda_kernel_matches_the_general_kernel(logits):
         if logits:
             cases.append((dict(top_k=7, temperature=0.7), "raw"))
         for kw, mode in cases:
-            general = dict(kw, top_k=torch.full((rows,), kw.get("top_k", 0), dtype=torch.long, device="cuda"))
+            per_row = dict(kw, top_k=torch.full((rows,), kw.get("top_k", 0), dtype=torch.long, device="cuda"))
             a, la = sample(x, 3, seeds=seeds, return_logprobs=mode, **kw)
-            b, lb = sample(x, 3, seeds=seeds, return_logprobs=mode, **general)
-            assert (a[0] == 0).all() and torch.isnan(la[0]).all(), "an invalid row gives token 0 and NaN"
-            assert (a == b).double().mean() > 0.99, (rows, v, kw)
-            same = a == b
-            assert torch.allclose(la[same], lb[same], atol=1e-4, rtol=1e-5, equal_nan=True), (rows, v, kw, mode)
+            for other in (sample(x.cpu(), 3, seeds=seeds.cpu(), return_logprobs=mode, **kw),
+                          sample(x, 3, seeds=seeds, return_logprobs=mode, **per_row)):
+                b, lb = other[0].cuda(), other[1].cuda()
+                assert (a[0] == 0).all() and torch.isnan(la[0]).all(), "an invalid row gives token 0 and NaN"
+                assert (a == b).double().mean() > 0.99, (rows, v, kw)
+                same = a == b
+                assert torch.allclose(la[same], lb[same], atol=1e-4, rtol=1e-5, equal_nan=True), (rows, v, kw, mode)
             assert int(a.min()) >= 0 and int(a.max()) < v
             if logits and "top_k" in kw:  # every draw in the kept set
                 keep = torch.isfinite(torch_wrs.filter_logits(x, **kw))
                 assert keep[1:].gather(1, a[1:]).all(), (rows, v, kw)
+
+
+@requires_cuda
+def test_per_row_controls_cuda_match_cpu():
+    """Per-row control tensors: rows the streaming kernel serves (top-k up to 1,024 with or
+    without top-p and min-p; neither top-k nor top-p) and rows it defers to the sample kernel
+    (greedy, top-p alone, top-k above 1,024) in one call. With seeds the CUDA draws match the
+    CPU kernel's but where float rounding differs."""
+    g = torch.Generator().manual_seed(41)
+    rows, v = 48, 32_000
+    x = torch.randn(rows, v, generator=g) * 2
+    kw = dict(temperature=torch.tensor([1.0, 0.7, 0.0] * 16), top_k=torch.tensor([50, 0, 0, 2000, 7, 0] * 8),
+              top_p=torch.tensor([0.9, 1.0, 0.8, 0.95] * 12), min_p=torch.tensor([0.0, 0.02] * 24),
+              seeds=torch.arange(rows) * 31, return_logprobs="raw")
+    a, la = torch_wrs.sample_logits(x, 3, **kw)
+    b, lb = torch_wrs.sample_logits(x.cuda(), 3, **{n: t.cuda() if isinstance(t, torch.Tensor) else t
+                                                    for n, t in kw.items()})
+    b, lb = b.cpu(), lb.cpu()
+    assert (a == b).double().mean() > 0.99
+    same = a == b
+    assert torch.allclose(la[same], lb[same], atol=1e-4, rtol=1e-5)
+    greedy = kw["temperature"] == 0
+    assert torch.equal(b[greedy], x[greedy].argmax(-1, keepdim=True).expand(-1, 3))
 
 
 @requires_cuda

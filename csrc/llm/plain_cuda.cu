@@ -43,6 +43,7 @@ constexpr int kMaxSegments = kPlainThreads * kSegsPerThread;
 constexpr int64_t kMaxItems = kMaxSegments * kSegment;  // a CTA's share: 262,144 items
 constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
 constexpr int kCandidates = 2048;  // items a CTA's top-k list holds; past it, selects read the row
+constexpr int64_t kPlainMaxTopK = 1024;  // larger k: longer lists; the sample kernel takes them
 
 struct PlainShared {
   float seg_max[kMaxSegments];
@@ -221,7 +222,7 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts
 template <typename scalar_t, bool kLogits, bool kTopK>
 __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
     plain_kernel(const scalar_t* x, int64_t v, int64_t samples, Controls controls, at::PhiloxCudaState philox,
-                 int64_t logprob_mode, int64_t* tokens, float* logprobs) {
+                 int64_t logprob_mode, int64_t* tokens, float* logprobs, uint8_t* deferred) {
   extern __shared__ __align__(16) unsigned char smem[];  // top-k: over the 48 KB of static shared memory
   PlainShared& sh = *reinterpret_cast<PlainShared*>(smem);
   cg::cluster_group cluster = cg::this_cluster();
@@ -237,6 +238,11 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const bool aligned = four_aligned(xr);
   const float scale = kLogits ? rc.inv_temperature : 1.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (deferred) {  // per-row controls: greedy rows, top-p alone and k over 1,024 go to the sample kernel
+    const bool serve = !rc.valid || (!rc.greedy && (rc.top_k_on(v) ? kTopK && rc.top_k <= kPlainMaxTopK : !rc.top_p_on()));
+    if (rank == 0 && threadIdx.x == 0) deferred[row] = !serve;
+    if (!serve) return;  // the same in every CTA of the row
+  }
   const bool min_p = rc.min_p_on();
   const bool top_k = kTopK && rc.top_k_on(v);
   const bool filtering = min_p || top_k;
@@ -405,37 +411,44 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
 }
 
 template <typename scalar_t, bool kLogits, bool kTopK>
-void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, int cluster) {
+void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, uint8_t* deferred,
+            int cluster) {
   const size_t smem = kTopK ? kTopKOffset + sizeof(TopKShared) : sizeof(PlainShared);
   if (kTopK) allow_shared_memory<plain_kernel<scalar_t, kLogits, kTopK>>(smem);
   launch_clusters(plain_kernel<scalar_t, kLogits, kTopK>, call.rows, cluster, kPlainThreads, smem,
                   call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs, tokens,
-                  logprobs);
+                  logprobs, deferred);
 }
 
 }  // namespace
 
-constexpr int64_t kPlainMaxTopK = 1024;  // larger k: longer lists; the sample kernel takes them
+static bool top_k_on(const Call& call) {
+  return call.controls.top_k || (call.controls.top_k_value > 0 && call.controls.top_k_value < call.v);
+}
 
-static bool top_k_on(const Call& call) { return call.controls.top_k_value > 0 && call.controls.top_k_value < call.v; }
+bool plain_defers(const Call& call) {
+  const Controls& c = call.controls;
+  return c.temperature || c.top_k || c.top_p || c.min_p;
+}
 
 bool plain_serves(const Call& call) {
   const Controls& c = call.controls;
-  if (c.temperature || c.top_k || c.top_p || c.min_p) return false;  // per-row tensors: the general kernel
-  if (!(c.temperature_value > 0.0f && c.temperature_value <= FLT_MAX)) return false;  // greedy or invalid
-  if (top_k_on(call) ? c.top_k_value > kPlainMaxTopK : c.top_p_value < 1.0f) return false;  // top-p alone too
+  if (!plain_defers(call)) {  // scalar controls: decided here
+    if (!(c.temperature_value > 0.0f && c.temperature_value <= FLT_MAX)) return false;  // greedy or invalid
+    if (top_k_on(call) ? c.top_k_value > kPlainMaxTopK : c.top_p_value < 1.0f) return false;  // top-p alone too
+  }
   return share_items(call.v, cluster_size(call.rows, call.v, false)) <= kMaxItems;
 }
 
-void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs) {
+void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, uint8_t* deferred) {
   const int cluster = cluster_size(call.rows, call.v, false);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_plain", [&] {
     if (call.logits) {
-      top_k_on(call) ? launch<scalar_t, true, true>(call, philox, tokens, logprobs, cluster)
-                     : launch<scalar_t, true, false>(call, philox, tokens, logprobs, cluster);
+      top_k_on(call) ? launch<scalar_t, true, true>(call, philox, tokens, logprobs, deferred, cluster)
+                     : launch<scalar_t, true, false>(call, philox, tokens, logprobs, deferred, cluster);
     } else {
-      top_k_on(call) ? launch<scalar_t, false, true>(call, philox, tokens, logprobs, cluster)
-                     : launch<scalar_t, false, false>(call, philox, tokens, logprobs, cluster);
+      top_k_on(call) ? launch<scalar_t, false, true>(call, philox, tokens, logprobs, deferred, cluster)
+                     : launch<scalar_t, false, false>(call, philox, tokens, logprobs, deferred, cluster);
     }
   });
 }

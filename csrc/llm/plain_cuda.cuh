@@ -1,6 +1,7 @@
 #pragma once
-// Plain LLM sampling on CUDA (sample_llm with scalar controls: a positive temperature, a
-// min-p or none, a top-k up to 1,024 or none, top-p only with top-k; per-row seeds or not):
+// Plain LLM sampling on CUDA (sample_llm with controls, scalar or per row: a positive
+// temperature, a min-p or none, a top-k up to 1,024 or none, top-p only with top-k; per-row
+// seeds or not):
 // a streaming kernel that reads each row once (then the few segments that hold kept items
 // again). The law
 // and the draw are the resident path's (sample_cuda.cu): inverse CDF at the same 53-bit
@@ -14,11 +15,17 @@
 
 namespace wrs::llm {
 
-// Whether a call takes the plain kernel: the scalar controls above, and rows short enough
-// for its segment sums (262,144 items a CTA, up to 8 CTAs a row).
+// Whether a call takes the plain kernel: the scalar controls above, or per-row control
+// tensors (its rows decided on the device), and rows short enough for its segment sums
+// (262,144 items a CTA, up to 8 CTAs a row).
 bool plain_serves(const Call& call);
 
-// Launches it on the current stream: tokens [rows, samples], logprobs or nullptr.
-void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs);
+// Whether some rows of a call the plain kernel serves may be deferred to the sample kernel:
+// with per-row tensors, greedy rows, top-p without top-k, and top-k above 1,024.
+bool plain_defers(const Call& call);
+
+// Launches it on the current stream: tokens [rows, samples], logprobs or nullptr; where
+// plain_defers, deferred [rows] marks the rows it left (then the sample kernel's).
+void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, uint8_t* deferred);
 
 }  // namespace wrs::llm

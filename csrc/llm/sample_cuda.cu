@@ -50,6 +50,7 @@ struct Args {
   float* logprobs;
   scalar_t* filtered;  // filter_logits' output, or nullptr
   bool resident;       // shared memory holds kResident values after Shared
+  const uint8_t* only;  // where given, the rows to serve (those the plain kernel deferred)
 };
 
 // What a pass reduces: the best value (stats: the largest y; race: the largest key) and its
@@ -432,6 +433,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
       }
     }
   };
+  if (a.only && !a.only[row]) return;  // the plain kernel's row (the same in every CTA of the row)
   if (!rc.valid) return finish_invalid();
 
   // 1. stats
@@ -546,10 +548,11 @@ void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {
 }
 
 template <typename scalar_t>
-void run(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, scalar_t* filtered) {
+void run(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, scalar_t* filtered,
+         const uint8_t* only = nullptr) {
   const bool resident = fits_resident(call.v);
   Args<scalar_t> a{call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs,
-                   mass_bits(call.v), tokens, logprobs, filtered, resident};
+                   mass_bits(call.v), tokens, logprobs, filtered, resident, only};
   const int cluster = cluster_size(call.rows, call.v, resident);
   if (call.logits) {
     launch<scalar_t, true>(call, a, cluster, resident);
@@ -575,8 +578,14 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cuda(
         seeds ? at::PhiloxCudaState(0, 0) : cuda_philox_state(generator, input.device().index(), 4 * num_samples);
     int64_t* t = tokens.mutable_data_ptr<int64_t>();
     float* l = logprobs ? lp.mutable_data_ptr<float>() : nullptr;
-    if (plain_serves(call)) {  // every item kept: one read of each row (plain_cuda.cu)
-      launch_plain(call, philox, t, l);
+    if (plain_serves(call)) {  // one read of each row (plain_cuda.cu); with per-row tensors, some rows deferred
+      const at::Tensor deferred = at::empty({plain_defers(call) ? call.rows : 0}, input.options().dtype(at::kByte));
+      uint8_t* d = deferred.numel() ? deferred.mutable_data_ptr<uint8_t>() : nullptr;
+      launch_plain(call, philox, t, l, d);
+      if (d) {
+        AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cuda",
+                                        [&] { run<scalar_t>(call, philox, t, l, nullptr, d); });
+      }
     } else {
       AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cuda",
                                       [&] { run<scalar_t>(call, philox, t, l, nullptr); });
