@@ -369,26 +369,10 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const double below_grand = nextafter(grand, 0.0);
   for (int64_t s = 0; s < samples; ++s) {
     const uint4 w4 = philox_block_at(key, offset / 4 + s, sub);
-    const double u = static_cast<double>(((static_cast<uint64_t>(w4.y) << 32) | w4.x) >> 11) * 0x1.0p-53;
-    const double point = min(u * grand, below_grand);
+    const double point = min(uniform53(w4) * grand, below_grand);
     if (point < cta_before || point >= cta_before + cta_total) continue;  // another CTA's (the same in a CTA)
-    if (threadIdx.x == 0) sh.claim = -1;
-    __syncthreads();
-    // The last segment with weight that starts at or below the point: no gaps between
-    // segments whatever the rounding of their prefix sums.
-#pragma unroll
-    for (int k = 0; k < kSegsPerThread; ++k) {
-      if (seg_weight[k] > 0.0 && cta_before + seg_before[k] <= point) atomicMax(&sh.claim, threadIdx.x * kSegsPerThread + k);
-    }
-    __syncthreads();
-    const int seg = sh.claim;  // >= 0: the CTA's range holds the point, so one of its segments does
-    if (static_cast<int>(threadIdx.x) == seg / kSegsPerThread) {
-#pragma unroll
-      for (int k = 0; k < kSegsPerThread; ++k) {
-        if (k == seg % kSegsPerThread) sh.claim_lo = cta_before + seg_before[k];
-      }
-    }
-    __syncthreads();
+    // >= 0: the CTA's range holds the point, so one of its segments does
+    const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim, &sh.claim_lo);
     if (warp == 0) {
       const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
       float y[4], w[4];

@@ -365,8 +365,7 @@ __device__ void draw_inverse_cdf(Shared& sh, const Row<kLogits, scalar_t>& r, Ke
   cluster.sync();
   for (int64_t s = 0; s < a.samples; ++s) {
     const uint4 w4 = philox_block_at(key, offset / 4 + s, sub);
-    const double u = static_cast<double>(((static_cast<uint64_t>(w4.y) << 32) | w4.x) >> 11) * 0x1.0p-53;
-    const double point = u * grand;
+    const double point = uniform53(w4) * grand;
     if (threadIdx.x == 0) sh.claim = -1;
     __syncthreads();
     if (static_cast<int>(threadIdx.x) < nseg) {

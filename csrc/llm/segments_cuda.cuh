@@ -74,4 +74,35 @@ __device__ inline int walk_segment(const float (&w)[4], double target, int& h) {
   return found ? __ffs(found) - 1 : with_weight ? 31 - __clz(with_weight) : -1;
 }
 
+// The uniform point of a draw: [0, 1) from words x and y of a Philox block, 53 bits.
+__device__ inline double uniform53(const uint4& w4) {
+  return static_cast<double>(((static_cast<uint64_t>(w4.y) << 32) | w4.x) >> 11) * 0x1.0p-53;
+}
+
+// The CTA's segment holding `point`: the last with weight that starts at or below it, so no
+// gap opens between segments whatever the rounding of their prefix sums. Thread t holds
+// segments kPer t .. kPer t + kPer - 1: their weights and their prefix sums within the CTA,
+// which starts at cta_before. Returns the segment (the same in every thread; -1 where no
+// segment starts at or below the point) and sets *lo to where it starts. All threads call it.
+template <int kPer>
+__device__ inline int claim_segment(const double (&weight)[kPer], const double (&before)[kPer], double cta_before,
+                                    double point, int* claim, double* lo) {
+  if (threadIdx.x == 0) *claim = -1;
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (weight[k] > 0.0 && cta_before + before[k] <= point) atomicMax(claim, static_cast<int>(threadIdx.x) * kPer + k);
+  }
+  __syncthreads();
+  const int seg = *claim;
+  if (seg >= 0 && static_cast<int>(threadIdx.x) == seg / kPer) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (k == seg % kPer) *lo = cta_before + before[k];
+    }
+  }
+  __syncthreads();
+  return seg;
+}
+
 }  // namespace wrs::llm

@@ -161,25 +161,9 @@ __global__ void __launch_bounds__(kSpecThreads, 2)
     return;
   }
   const uint4 w4 = philox_block_at(seed.seed, seed.offset / 4, sub);
-  const double u = static_cast<double>(((static_cast<uint64_t>(w4.y) << 32) | w4.x) >> 11) * 0x1.0p-53;
-  const double point = min(u * grand, nextafter(grand, 0.0));
+  const double point = min(uniform53(w4) * grand, nextafter(grand, 0.0));
   if (point < cta_before || point >= cta_before + cta_total) return;  // another CTA's (the same in a CTA)
-  if (threadIdx.x == 0) sh.claim = -1;
-  __syncthreads();
-  // The last segment with weight that starts at or below the point.
-#pragma unroll
-  for (int k = 0; k < kSegsPerThread; ++k) {
-    if (seg_weight[k] > 0.0 && cta_before + seg_before[k] <= point) atomicMax(&sh.claim, threadIdx.x * kSegsPerThread + k);
-  }
-  __syncthreads();
-  const int seg = sh.claim;
-  if (static_cast<int>(threadIdx.x) == seg / kSegsPerThread) {
-#pragma unroll
-    for (int k = 0; k < kSegsPerThread; ++k) {
-      if (k == seg % kSegsPerThread) sh.claim_lo = cta_before + seg_before[k];
-    }
-  }
-  __syncthreads();
+  const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim, &sh.claim_lo);
   if (warp != 0) return;
   // Walk the segment's runs to the one holding the point; where rounding leaves the point
   // past them all, the last item with weight.
