@@ -101,8 +101,9 @@ __device__ inline void histogram_add(LocalHistogram& h, int bin, uint64_t q, boo
   atomicAdd(&h.part[2][bin], static_cast<uint32_t>(q >> 28));
 }
 
-// One CTA's select over items it lists itself (plain_cuda.cu): no cluster, and plain 64-bit
-// mass atomics, as the lists are short.
+// One CTA's select over the items its caller supplies (plain_cuda.cu, where every CTA of a
+// cluster runs the same select over all the cluster's lists): no cluster merge, and plain
+// 64-bit mass atomics, as the lists are short.
 struct CtaSelect {
   uint32_t count[kBins];
   uint64_t mass[kBins];
