@@ -7,7 +7,7 @@ source "$(dirname "$0")/gpu_build.sh"
 timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/test_speculative.py tests/test_sample_logits.py -k "cuda or gpu" 2>&1 | tee "$LOG/llm_tests.log" | tail -15
 [ "${SKIP_SANITIZER:-0}" = 1 ] || PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
   python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/test_speculative.py \
-  -k "cuda and (invalid or argument or shapes or greedy or seeds or logprobs or ties or without or point_masses or zero_residual or matches_the_cpu or per_row_controls)" \
+  -k "cuda and (invalid or argument or shapes or greedy or seeds or logprobs or ties or without or point_masses or zero_residual or matches_the_cpu or per_row_controls or split_rows)" \
   > "$LOG/llm_sanitizer.log" 2>&1; san=$?
 [ "${SKIP_SANITIZER:-0}" = 1 ] || echo "sanitizer rc=$san $(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/llm_sanitizer.log" | tail -2 | tr '\n' ' ')"
 case "${1:-}" in

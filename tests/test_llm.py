@@ -425,6 +425,42 @@ def test_per_row_controls_cuda_match_cpu():
 
 
 @requires_cuda
+@pytest.mark.parametrize("kw", [dict(top_p=0.8), dict(top_p=0.6, min_p=0.05), dict(top_p=0.95, temperature=0.7)],
+                         ids=["p", "p-min_p", "p-temperature"])
+def test_top_p_alone_by_rejection_law(kw):
+    """Top-p alone with one sample a row takes the plain kernel's rejection (plain_cuda.cu):
+    1e8 draws against the sorted law."""
+    g = torch.Generator().manual_seed(51)
+    x = torch.randn(300, generator=g) * 1.5
+    x[::11] = float("-inf")
+    xs = x.cuda().expand(100_000, -1).contiguous()
+    gen = torch.Generator("cuda").manual_seed(52)
+    counts = torch.zeros(300, dtype=torch.long, device="cuda")
+    for _ in range(1000):
+        counts += torch.bincount(torch_wrs.sample_logits(xs, generator=gen, **kw).view(-1), minlength=300)
+    assert g_test_pvalue(counts.cpu().double(), reference(x, **kw)) > P_MIN
+
+
+@requires_cuda
+def test_top_p_alone_by_rejection_on_split_rows():
+    """Rows of 131,072 items split over a cluster: every draw in the kept set of the sample
+    kernel's filter, raw log-probabilities those of log_softmax, and seeds reproduce in any
+    batch."""
+    g = torch.Generator().manual_seed(53)
+    x = (torch.randn(4, 131_072, generator=g) * 3).cuda()
+    keep = torch.isfinite(torch_wrs.filter_logits(x, top_p=0.9))
+    gen = torch.Generator("cuda").manual_seed(54)
+    for _ in range(200):
+        t, lp = torch_wrs.sample_logits(x, top_p=0.9, generator=gen, return_logprobs="raw")
+        assert keep.gather(1, t).all()
+        assert torch.allclose(lp, torch.log_softmax(x, -1).gather(1, t), atol=1e-4)
+    seeds = torch.tensor([5, 6, 7, 8], device="cuda")
+    a = torch_wrs.sample_logits(x, top_p=0.9, seeds=seeds)
+    perm = torch.tensor([2, 0, 3, 1], device="cuda")
+    assert torch.equal(a[perm], torch_wrs.sample_logits(x[perm], top_p=0.9, seeds=seeds[perm]))
+
+
+@requires_cuda
 def test_plain_cuda_kernel_law_on_rows_past_the_resident_size():
     """A million-item row split over a cluster of 8 (few rows, so the plain kernel serves
     it): 1e7 draws on 1,000 coarse bins against the float64 softmax."""

@@ -54,7 +54,11 @@ struct PlainShared {
   double cta_all;  // filtered, with raw log-probabilities: the whole share's weight
   int claim;
   double claim_lo;
+  int64_t pick;  // top-p by rejection: the CTA's drawn item (-1: another CTA's), its value
+  float pick_y;
+  uint64_t cta_mass, cta_above;
   union {
+    typename cub::BlockReduce<uint64_t, kPlainThreads>::TempStorage mass_reduce;
     typename cub::BlockReduce<float, kPlainThreads>::TempStorage max_reduce;
     typename cub::BlockScan<double, kPlainThreads>::TempStorage scan;
     typename cub::BlockReduce<double, kPlainThreads>::TempStorage sum_reduce;
@@ -219,6 +223,144 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts
   return max(tk, cta_select(ts.select, each, true, top_p_target(rc.top_p, ts.mass_k), tk, ge_p));
 }
 
+// Top-p alone, one sample a row (the top-k kernel variant): rejection. Draw from the kept
+// weights (min-p's, over the items above the pivot); the draw t is in the top-p set exactly
+// where the items with key above t's hold less than the target's integer mass (the sample
+// kernel's set: ceil(p M) of the row's mass M, ties at the crossing value kept). If it is not,
+// none of the set lies at or below t: t's key becomes the pivot and the draw is repeated over
+// the items above it. Accepted draws follow the kept weights over the set exactly. Each round
+// is one pass over the segments whose maximum is above the pivot (the first over the row, for
+// M), and one more to re-sum them after a rejection. Round r > 0 takes its uniform point from
+// subsequence r of the row's range. All CTAs of the cluster take the same decisions.
+template <typename scalar_t, bool kLogits>
+__device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluster_group& cluster, const scalar_t* xr,
+                                                     int64_t v, int64_t q_begin, int64_t q_end, int nseg, bool aligned,
+                                                     float scale, float row_max, const RowControls& rc,
+                                                     double (&seg_weight)[kSegsPerThread],
+                                                     double (&seg_before)[kSegsPerThread], double cta_before,
+                                                     double cta_total, double grand, uint64_t key, uint64_t offset,
+                                                     int64_t tag, int64_t* token, float* logprob, double log_norm) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned cs = cluster.num_blocks();
+  const int64_t quads = (v + 3) / 4;
+  const int bits = mass_bits(v);
+  const bool min_p = rc.min_p_on();
+  const float log_min_p = __logf(rc.min_p);
+  auto positive = [](float y) { return kLogits ? y > -INFINITY : y > 0.0f; };
+  uint32_t pivot = 0;
+  bool pivoted = false;
+  auto kept = [&](float y) {
+    return (!pivoted || order_key(y) > pivot) && (!min_p || min_p_keeps<kLogits>(y, row_max, rc.min_p, log_min_p));
+  };
+  auto segment_weight = [&](int j) -> double {  // S_j from s_j
+    if (j >= nseg) return 0.0;
+    const float m = sh.seg_max[j];
+    return !kLogits ? sh.seg_sum[j] : m > -INFINITY ? sh.seg_sum[j] * exp(static_cast<double>(m) - row_max) : 0.0;
+  };
+  uint64_t target = 0;
+  for (int64_t round = 0;; ++round) {
+    if (round > 0) {  // the kept weights above the pivot: re-sum, scan, the cluster's totals
+      for (int seg = warp; seg < nseg; seg += kPlainWarps) {
+        const float m = sh.seg_max[seg];
+        double sum = 0.0;
+        if (kept(m)) {  // the same for the whole warp
+          const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+          float y[4], w[4];
+          const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
+          weights_of<kLogits>(y, present, m, w);
+#pragma unroll
+          for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
+          sum = warp_sum(lane_sum(w));
+        }
+        if (lane == 0) sh.seg_sum[seg] = sum;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < kSegsPerThread; ++k) seg_weight[k] = segment_weight(threadIdx.x * kSegsPerThread + k);
+      cub::BlockScan<double, kPlainThreads>(sh.scan).ExclusiveSum(seg_weight, seg_before, cta_total);
+      if (threadIdx.x == 0) sh.cta_total = cta_total;
+      cluster.sync();
+      cta_before = 0.0, grand = 0.0;
+      for (unsigned r = 0; r < cs; ++r) {
+        const double t = cluster.map_shared_rank(&sh, r)->cta_total;
+        if (r < cluster.block_rank()) cta_before += t;
+        grand += t;
+      }
+    }
+    // The draw: the CTA whose range holds the point finds the item.
+    const uint4 w4 = philox_block_at(key, offset / 4, subsequence(tag, quads, 4 * (round % quads)));
+    const double point = min(uniform53(w4) * grand, nextafter(grand, 0.0));
+    if (threadIdx.x == 0) sh.pick = -1;
+    __syncthreads();
+    if (point >= cta_before && point < cta_before + cta_total) {  // the same in a CTA
+      const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim, &sh.claim_lo);
+      if (warp == 0) {
+        const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+        float y[4], w[4];
+        const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
+        const float m = sh.seg_max[seg];
+        weights_of<kLogits>(y, present, m, w);
+#pragma unroll
+        for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
+        const double in_seg = (point - sh.claim_lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
+        int h = 0;
+        if (lane == walk_segment(w, in_seg, h)) sh.pick = 4 * q + h, sh.pick_y = y[h];
+      }
+    }
+    cluster.sync();  // every CTA's pick written (and, past round 0, every cta_total read)
+    int64_t t = -1;
+    float yt = 0.0f;
+    for (unsigned r = 0; r < cs; ++r) {
+      const PlainShared* o = cluster.map_shared_rank(&sh, r);
+      if (o->pick >= 0) t = o->pick, yt = o->pick_y;
+    }
+    if (t < 0) {  // no CTA drew (float rounding of the ranges; not expected): token 0, as an invalid row
+      if (cluster.block_rank() == 0 && threadIdx.x == 0) {
+        *token = 0;
+        if (logprob) *logprob = NAN;
+      }
+      cluster.sync();  // every CTA done reading picks
+      return;
+    }
+    // The check: the integer mass above the draw (and, in round 0, the row's).
+    const uint32_t kt = order_key(yt);
+    uint64_t all = 0, above = 0;
+    for (int seg = warp; seg < nseg; seg += kPlainWarps) {
+      const float m = sh.seg_max[seg];
+      if (!positive(m) || (round > 0 && order_key(m) <= kt)) continue;  // the same for the whole warp
+      const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+      float y[4];
+      const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
+      for (int h = 0; h < present; ++h) {
+        if (!positive(y[h])) continue;
+        const uint64_t mass = quantize_mass(mass_of<kLogits>(y[h], row_max), bits);
+        all += mass;
+        above += order_key(y[h]) > kt ? mass : 0;
+      }
+    }
+    const uint64_t cta_all = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(all);
+    __syncthreads();
+    const uint64_t cta_above = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(above);
+    if (threadIdx.x == 0) sh.cta_mass = cta_all, sh.cta_above = cta_above;
+    cluster.sync();
+    uint64_t row_mass = 0, row_above = 0;
+    for (unsigned r = 0; r < cs; ++r) {
+      const PlainShared* o = cluster.map_shared_rank(&sh, r);
+      row_mass += o->cta_mass, row_above += o->cta_above;
+    }
+    cluster.sync();  // every CTA done reading before the next round rewrites
+    if (round == 0) target = top_p_target(rc.top_p, row_mass);
+    if (row_above < target) {  // in the top-p set
+      if (sh.pick >= 0 && threadIdx.x == 0) {
+        *token = t;
+        if (logprob) *logprob = static_cast<float>((kLogits ? yt : log(yt)) - log_norm);
+      }
+      return;
+    }
+    pivot = kt, pivoted = true;
+  }
+}
+
 template <typename scalar_t, bool kLogits, bool kTopK>
 __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
     plain_kernel(const scalar_t* x, int64_t v, int64_t samples, Controls controls, at::PhiloxCudaState philox,
@@ -238,13 +380,18 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const bool aligned = four_aligned(xr);
   const float scale = kLogits ? rc.inv_temperature : 1.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (deferred) {  // per-row controls: greedy rows, top-p alone and k over 1,024 go to the sample kernel
-    const bool serve = !rc.valid || (!rc.greedy && (rc.top_k_on(v) ? kTopK && rc.top_k <= kPlainMaxTopK : !rc.top_p_on()));
+  // Top-p alone by rejection: one sample, and no log-probabilities under the top-p set (whose
+  // total rejection does not find).
+  const bool rejection_fits = samples == 1 && !(logprobs != nullptr && logprob_mode == kProcessed);
+  if (deferred) {  // per-row controls: greedy rows, top-p alone where rejection does not fit, and k over 1,024 go to the sample kernel
+    const bool serve = !rc.valid || (!rc.greedy && (rc.top_k_on(v) ? kTopK && rc.top_k <= kPlainMaxTopK
+                                                                     : !rc.top_p_on() || (kTopK && rejection_fits)));
     if (rank == 0 && threadIdx.x == 0) deferred[row] = !serve;
     if (!serve) return;  // the same in every CTA of the row
   }
   const bool min_p = rc.min_p_on();
   const bool top_k = kTopK && rc.top_k_on(v);
+  const bool top_p_alone = kTopK && !top_k && rc.top_p_on();  // served by rejection (rejection_fits)
   const bool filtering = min_p || top_k;
   const bool raw_all = filtering && logprobs != nullptr && logprob_mode == kRaw;
 
@@ -270,7 +417,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
           m = fmaxf(m, y[u][h]);
         }
       }
-      m = kLogits || min_p || top_k ? warp_max(m) : 0.0f;  // probabilities: only thresholds need the maximum
+      m = kLogits || min_p || top_k || top_p_alone ? warp_max(m) : 0.0f;  // probabilities: only thresholds need it
       float w[4];
       weights_of<kLogits>(y[u], present[u], m, w);
       const double s = warp_sum(lane_sum(w));
@@ -366,6 +513,12 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const uint64_t key = own_seed ? static_cast<uint64_t>(controls.seeds[row]) : gen.seed;
   const uint64_t offset = own_seed ? 0 : gen.offset;
   const uint64_t sub = subsequence(own_seed ? 0 : row, quads, 0);
+  if (top_p_alone) {
+    return draw_top_p_by_rejection<scalar_t, kLogits>(sh, cluster, xr, v, q_begin, q_end, nseg, aligned, scale,
+                                                      row_max, rc, seg_weight, seg_before, cta_before, cta_total,
+                                                      grand, key, offset, own_seed ? 0 : row, tokens + row,
+                                                      logprobs ? logprobs + row : nullptr, log_norm);
+  }
   const double below_grand = nextafter(grand, 0.0);
   for (int64_t s = 0; s < samples; ++s) {
     const uint4 w4 = philox_block_at(key, offset / 4 + s, sub);
@@ -410,6 +563,11 @@ static bool top_k_on(const Call& call) {
   return call.controls.top_k || (call.controls.top_k_value > 0 && call.controls.top_k_value < call.v);
 }
 
+// Calls whose rows may need a threshold: the top-k variant (which also draws top-p alone).
+static bool thresholds(const Call& call) {
+  return top_k_on(call) || call.controls.top_p || call.controls.top_p_value < 1.0f;
+}
+
 bool plain_defers(const Call& call) {
   const Controls& c = call.controls;
   return c.temperature || c.top_k || c.top_p || c.min_p;
@@ -419,7 +577,9 @@ bool plain_serves(const Call& call) {
   const Controls& c = call.controls;
   if (!plain_defers(call)) {  // scalar controls: decided here
     if (!(c.temperature_value > 0.0f && c.temperature_value <= FLT_MAX)) return false;  // greedy or invalid
-    if (top_k_on(call) ? c.top_k_value > kPlainMaxTopK : c.top_p_value < 1.0f) return false;  // top-p alone too
+    if (top_k_on(call) && c.top_k_value > kPlainMaxTopK) return false;
+    // Top-p alone by rejection: one sample, no log-probabilities under the top-p set.
+    if (!top_k_on(call) && c.top_p_value < 1.0f && (call.samples != 1 || call.logprobs == kProcessed)) return false;
   }
   return share_items(call.v, cluster_size(call.rows, call.v, false)) <= kMaxItems;
 }
@@ -428,11 +588,11 @@ void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens,
   const int cluster = cluster_size(call.rows, call.v, false);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_plain", [&] {
     if (call.logits) {
-      top_k_on(call) ? launch<scalar_t, true, true>(call, philox, tokens, logprobs, deferred, cluster)
-                     : launch<scalar_t, true, false>(call, philox, tokens, logprobs, deferred, cluster);
+      thresholds(call) ? launch<scalar_t, true, true>(call, philox, tokens, logprobs, deferred, cluster)
+                       : launch<scalar_t, true, false>(call, philox, tokens, logprobs, deferred, cluster);
     } else {
-      top_k_on(call) ? launch<scalar_t, false, true>(call, philox, tokens, logprobs, deferred, cluster)
-                     : launch<scalar_t, false, false>(call, philox, tokens, logprobs, deferred, cluster);
+      thresholds(call) ? launch<scalar_t, false, true>(call, philox, tokens, logprobs, deferred, cluster)
+                       : launch<scalar_t, false, false>(call, philox, tokens, logprobs, deferred, cluster);
     }
   });
 }
