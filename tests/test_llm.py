@@ -218,6 +218,24 @@ def test_greedy(device):
     assert (torch.isfinite(f).sum(-1)[temps == 0] == 1).all()
 
 
+def test_min_p_keeps_an_item_at_its_threshold(device):
+    """A logit exactly at max + log(min_p) is kept and the next float down is not, on every
+    kernel: log(min_p) is rounded once, from double, on the CPU and on the GPU alike."""
+    edge = torch.tensor(math.log(0.05), dtype=torch.float32)
+    x = torch.full((4, 4096), -100.0)
+    x[:, 0] = 0.0
+    x[:, 1] = edge
+    x[:, 2] = torch.nextafter(edge, torch.tensor(-math.inf))
+    x = x.to(device)
+    kept = torch.isfinite(torch_wrs.filter_logits(x, min_p=0.05))
+    assert kept[:, :2].all() and not kept[:, 2:].any()
+    mass = math.log1p(math.exp(edge.item()))
+    for min_p in (0.05, torch.full((4,), 0.05, device=device)):
+        t, lp = torch_wrs.sample_logits(x, 64, min_p=min_p, return_logprobs="processed")
+        assert (t < 2).all()
+        assert torch.allclose(lp, x.gather(-1, t) - mass, atol=1e-6)
+
+
 def test_invalid_rows(device):
     """Never an out-of-range index, never a device assert: token 0 and a NaN log-probability."""
     inf, nan = float("inf"), float("nan")

@@ -117,6 +117,12 @@ C10_HOST_DEVICE inline uint64_t top_p_target(float p, uint64_t m) {
   return t < 1.0 ? 1 : static_cast<uint64_t>(t);
 }
 
+// log(min_p) rounded once from double, so the CPU and CUDA kernels keep the same items at the
+// threshold (a fast float log differs by an ulp there).
+C10_HOST_DEVICE inline float log_min_p_of(float min_p) {
+  return static_cast<float>(::log(static_cast<double>(min_p)));
+}
+
 template <bool kLogits>
 C10_HOST_DEVICE inline bool min_p_keeps(float y, float ymax, float min_p, float log_min_p) {
   if (kLogits) return y - ymax >= log_min_p;

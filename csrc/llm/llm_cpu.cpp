@@ -112,7 +112,7 @@ void sample_row(const scalar_t* x, const Call& call, int64_t row, const PhiloxSe
     return;
   }
   const uint32_t thr = threshold<kLogits>(st, rc, v, s);
-  const float log_min_p = std::log(rc.min_p);
+  const float log_min_p = log_min_p_of(rc.min_p);
   // The kept items' cumulative weights, once; each draw is a binary search for a uniform
   // point of their total (the same law as the GPU's race: the kept set, renormalised).
   s.kept.clear();
@@ -152,8 +152,10 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cpu(
   const Call call = prepare(logits ? "sample_logits" : "sample_probs", input, num_samples, logits, temperature,
                             temperature_value, top_k, top_k_value, top_p, top_p_value, min_p, min_p_value, seeds,
                             logprobs);
-  at::Tensor tokens = at::empty({call.rows, call.samples}, input.options().dtype(at::kLong));
-  at::Tensor lp = at::empty({logprobs ? call.rows : 0, call.samples}, input.options().dtype(at::kFloat));
+  // Both in the output shape, whose rows of samples are the kernels' layout.
+  at::Tensor tokens = at::empty(call.out_shape, input.options().dtype(at::kLong));
+  at::Tensor lp = at::empty(logprobs ? at::IntArrayRef(call.out_shape) : at::IntArrayRef{0},
+                            input.options().dtype(at::kFloat));
   const PhiloxSeed seed = cpu_philox_seed(generator);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cpu", [&] {
     const scalar_t* x = call.x.const_data_ptr<scalar_t>();
@@ -171,7 +173,7 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cpu(
       }
     });
   });
-  return {tokens.view(call.out_shape), logprobs ? lp.view(call.out_shape) : lp.view({0})};
+  return {tokens, lp};
 }
 
 at::Tensor filter_logits_cpu(const at::Tensor& logits, const std::optional<at::Tensor>& temperature,
@@ -191,7 +193,7 @@ at::Tensor filter_logits_cpu(const at::Tensor& logits, const std::optional<at::T
         const RowStats st = load_row<true>(x + r * call.v, call.v, rc, s);
         scalar_t* orow = o + r * call.v;
         const uint32_t thr = st.valid && !rc.greedy ? threshold<true>(st, rc, call.v, s) : 0;
-        const float log_min_p = std::log(rc.min_p);
+        const float log_min_p = log_min_p_of(rc.min_p);
         for (int64_t i = 0; i < call.v; ++i) {
           const bool keep = rc.greedy ? i == st.argmax : kept<true>(s.y[i], thr, st, rc, log_min_p);
           orow[i] = static_cast<scalar_t>(!st.valid ? kNaN : keep ? s.y[i] : -std::numeric_limits<float>::infinity());
