@@ -93,6 +93,31 @@ struct MaxOf {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
+// fn(seg, y, present) for each of the CTA's segments that `wanted` picks, a warp a segment,
+// each warp loading kSegsInFlight segments before it uses any (one load in flight a warp
+// leaves most of the bandwidth unused). `wanted` must be the same for the whole warp, so fn
+// may use warp collectives.
+template <typename scalar_t, typename Wanted, typename Fn>
+__device__ inline void for_segments(const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end, int nseg,
+                                    bool aligned, float scale, Wanted wanted, Fn fn) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int seg0 = warp; seg0 < nseg; seg0 += kPlainWarps * kSegsInFlight) {
+    float y[kSegsInFlight][4];
+    int present[kSegsInFlight];
+#pragma unroll
+    for (int u = 0; u < kSegsInFlight; ++u) {
+      const int seg = seg0 + u * kPlainWarps;
+      const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+      present[u] = seg < nseg && q < q_end && wanted(seg) ? load_four(xr, v, q, aligned, scale, y[u]) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kSegsInFlight; ++u) {
+      const int seg = seg0 + u * kPlainWarps;
+      if (seg < nseg && wanted(seg)) fn(seg, y[u], present[u]);
+    }
+  }
+}
+
 static_assert(kPlainThreads == kThreads, "the select's scans assume the plain kernel's block");
 
 // The top-k threshold key of a row (then top-p's over the top-k set, where on): the lowest
@@ -245,7 +270,7 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
   const int64_t quads = (v + 3) / 4;
   const int bits = mass_bits(v);
   const bool min_p = rc.min_p_on();
-  const float log_min_p = __logf(rc.min_p);
+  const float log_min_p = log_min_p_of(rc.min_p);
   auto positive = [](float y) { return kLogits ? y > -INFINITY : y > 0.0f; };
   uint32_t pivot = 0;
   bool pivoted = false;
@@ -325,19 +350,20 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
     // The check: the integer mass above the draw (and, in round 0, the row's).
     const uint32_t kt = order_key(yt);
     uint64_t all = 0, above = 0;
-    for (int seg = warp; seg < nseg; seg += kPlainWarps) {
-      const float m = sh.seg_max[seg];
-      if (!positive(m) || (round > 0 && order_key(m) <= kt)) continue;  // the same for the whole warp
-      const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
-      float y[4];
-      const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
-      for (int h = 0; h < present; ++h) {
-        if (!positive(y[h])) continue;
-        const uint64_t mass = quantize_mass(mass_of<kLogits>(y[h], row_max), bits);
-        all += mass;
-        above += order_key(y[h]) > kt ? mass : 0;
-      }
-    }
+    for_segments(xr, v, q_begin, q_end, nseg, aligned, scale,
+                 [&](int seg) {
+                   const float m = sh.seg_max[seg];
+                   return positive(m) && (round == 0 || order_key(m) > kt);
+                 },
+                 [&](int, const float (&y)[4], int present) {
+#pragma unroll
+                   for (int h = 0; h < 4; ++h) {
+                     if (h >= present || !positive(y[h])) continue;
+                     const uint64_t mass = quantize_mass(mass_of<kLogits>(y[h], row_max), bits);
+                     all += mass;
+                     above += order_key(y[h]) > kt ? mass : 0;
+                   }
+                 });
     const uint64_t cta_all = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(all);
     __syncthreads();
     const uint64_t cta_above = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(above);
@@ -397,33 +423,23 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
 
   // 1. stream
   int bad = 0;
-  for (int seg0 = warp; seg0 < nseg; seg0 += kPlainWarps * kSegsInFlight) {
-    float y[kSegsInFlight][4];
-    int present[kSegsInFlight];
+  for_segments(xr, v, q_begin, q_end, nseg, aligned, scale, [](int) { return true; },
+               [&](int seg, const float (&y)[4], int present) {
+                 float m = -INFINITY;
 #pragma unroll
-    for (int u = 0; u < kSegsInFlight; ++u) {
-      const int64_t q = q_begin + static_cast<int64_t>(seg0 + u * kPlainWarps) * 32 + lane;
-      present[u] = seg0 + u * kPlainWarps < nseg && q < q_end ? load_four(xr, v, q, aligned, scale, y[u]) : 0;
-    }
-#pragma unroll
-    for (int u = 0; u < kSegsInFlight; ++u) {
-      const int seg = seg0 + u * kPlainWarps;
-      if (seg >= nseg) break;  // the same for the whole warp
-      float m = -INFINITY;
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        if (h < present[u]) {
-          bad |= bad_value<kLogits>(y[u][h]);
-          m = fmaxf(m, y[u][h]);
-        }
-      }
-      m = kLogits || min_p || top_k || top_p_alone ? warp_max(m) : 0.0f;  // probabilities: only thresholds need it
-      float w[4];
-      weights_of<kLogits>(y[u], present[u], m, w);
-      const double s = warp_sum(lane_sum(w));
-      if (lane == 0) sh.seg_max[seg] = m, sh.seg_sum[seg] = s;
-    }
-  }
+                 for (int h = 0; h < 4; ++h) {
+                   if (h < present) {
+                     bad |= bad_value<kLogits>(y[h]);
+                     m = fmaxf(m, y[h]);
+                   }
+                 }
+                 // probabilities: only thresholds need the maximum
+                 m = kLogits || min_p || top_k || top_p_alone ? warp_max(m) : 0.0f;
+                 float w[4];
+                 weights_of<kLogits>(y, present, m, w);
+                 const double s = warp_sum(lane_sum(w));
+                 if (lane == 0) sh.seg_max[seg] = m, sh.seg_sum[seg] = s;
+               });
   __syncthreads();
 
   // 2. the row's maximum and the threshold; 3. the re-sums, S_j and their scan
@@ -459,7 +475,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   // Kept: key >= the top-k (top-p) threshold, and y >= log(min_p) + max (logits) or
   // min_p * max. Both are thresholds on y, so a segment holds a kept item exactly where its
   // maximum is kept, and only those are re-read and re-summed.
-  const float log_min_p = __logf(rc.min_p);
+  const float log_min_p = log_min_p_of(rc.min_p);
   auto kept = [&](float y) {
     return order_key(y) >= thr && (!min_p || min_p_keeps<kLogits>(y, row_max, rc.min_p, log_min_p));
   };
