@@ -16,21 +16,24 @@ Control = Optional[Union[float, int, torch.Tensor]]
 _LOGPROB_MODES = {None: 0, "processed": 1, "raw": 2}
 
 
-def _controls(op, temperature, top_k, top_p, min_p):
-    """The op's keyword arguments: a tensor goes as a per-row tensor, a number as a value."""
-    kw = {}
-    for name, value, default in (("temperature", temperature, 1.0), ("top_k", top_k, 0), ("top_p", top_p, 1.0),
-                                 ("min_p", min_p, 0.0)):
-        if isinstance(value, torch.Tensor):
-            kw[name] = value
-            kw[name + "_value"] = default
-        elif value is not None:
-            kw[name] = None
-            kw[name + "_value"] = int(value) if name == "top_k" else float(value)
-        else:
-            kw[name] = None
-            kw[name + "_value"] = default
-    return kw
+_CONTROL_NAMES = ("temperature", "temperature_value", "top_k", "top_k_value", "top_p", "top_p_value", "min_p",
+                  "min_p_value")
+
+
+def _split(value, default, cast):
+    """A control as the op takes it: (per-row tensor or None, number)."""
+    if value is None:
+        return None, default
+    if isinstance(value, torch.Tensor):
+        return value, default
+    return None, cast(value)
+
+
+def _controls(temperature, top_k, top_p, min_p):
+    """The op's control arguments in _CONTROL_NAMES order (positional: a small call's
+    time is mostly the host's)."""
+    return (*_split(temperature, 1.0, float), *_split(top_k, 0, int), *_split(top_p, 1.0, float),
+            *_split(min_p, 0.0, float))
 
 
 def _check_rows(op, x, logits, kw):
@@ -57,22 +60,21 @@ def _check_rows(op, x, logits, kw):
             raise RuntimeError(f"{op}: {text}")
 
 
-def _sample(op, x, num_samples, logits, kw, replacement, generator, seeds, return_logprobs, check):
-    if return_logprobs not in _LOGPROB_MODES:
+def _sample(op, x, num_samples, logits, controls, replacement, generator, seeds, return_logprobs, check):
+    mode = _LOGPROB_MODES.get(return_logprobs, -1) if return_logprobs is None or isinstance(return_logprobs, str) else -1
+    if mode < 0:
         raise RuntimeError(f"{op}: return_logprobs must be None, 'processed' or 'raw', got {return_logprobs!r}")
     if check:
-        _check_rows(op, x, logits, kw)
-    mode = _LOGPROB_MODES[return_logprobs]
+        _check_rows(op, x, logits, dict(zip(_CONTROL_NAMES, controls)))
     if replacement or num_samples == 1:
         if direct_call(x):
-            tokens, lp = _C.sample_llm(x, num_samples, logits, kw["temperature"], kw["temperature_value"], kw["top_k"],
-                                       kw["top_k_value"], kw["top_p"], kw["top_p_value"], kw["min_p"],
-                                       kw["min_p_value"], seeds, mode, generator)
+            tokens, lp = _C.sample_llm(x, num_samples, logits, *controls, seeds, mode, generator)
         else:
             tokens, lp = _sample_llm(x, num_samples, logits=logits, seeds=seeds, logprobs=mode, generator=generator,
-                                     **kw)
+                                     **dict(zip(_CONTROL_NAMES, controls)))
         return (tokens, lp) if mode else tokens
     # Without replacement: the Gumbel top-k race over the filtered logits (one read back).
+    kw = dict(zip(_CONTROL_NAMES, controls))
     if seeds is not None:
         raise RuntimeError(f"{op}: seeds needs replacement=True")
     base = x if logits else torch.log(x)
@@ -158,8 +160,8 @@ def sample_logits(
     >>> tokens, lp = torch_wrs.sample_logits(logits, top_p=torch.tensor([0.9, 1.0, 0.5, 0.95]),
     ...                                      seeds=torch.arange(4), return_logprobs="raw")
     """
-    kw = _controls("sample_logits", temperature, top_k, top_p, min_p)
-    return _sample("sample_logits", logits, num_samples, True, kw, replacement, generator, seeds, return_logprobs,
+    controls = _controls(temperature, top_k, top_p, min_p)
+    return _sample("sample_logits", logits, num_samples, True, controls, replacement, generator, seeds, return_logprobs,
                    check)
 
 
@@ -203,8 +205,8 @@ def sample_probs(
     >>> probs = torch.softmax(torch.randn(8, 128256), -1)
     >>> tokens = torch_wrs.sample_probs(probs, top_k=50, top_p=0.9)
     """
-    kw = _controls("sample_probs", None, top_k, top_p, min_p)
-    return _sample("sample_probs", probs, num_samples, False, kw, replacement, generator, seeds, return_logprobs,
+    controls = _controls(None, top_k, top_p, min_p)
+    return _sample("sample_probs", probs, num_samples, False, controls, replacement, generator, seeds, return_logprobs,
                    check)
 
 
@@ -245,7 +247,7 @@ def filter_logits(
     >>> int(torch.isfinite(out).sum())
     20
     """
-    kw = _controls("filter_logits", temperature, top_k, top_p, min_p)
+    kw = dict(zip(_CONTROL_NAMES, _controls(temperature, top_k, top_p, min_p)))
     out = _filter_logits(logits, **kw)
     if not (logits.requires_grad and torch.is_grad_enabled()):
         return out

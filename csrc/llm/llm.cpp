@@ -50,18 +50,17 @@ Call prepare(const char* op, const at::Tensor& input, int64_t num_samples, bool 
   Call call;
   call.v = input.size(-1);
   call.rows = input.numel() / call.v;
-  call.x = input.contiguous().view({call.rows, call.v});
+  call.x = input.contiguous();
   call.samples = num_samples;
   call.logits = logits;
   call.logprobs = logprobs;
-  call.out_shape = input.sizes().vec();
+  call.out_shape.assign(input.sizes().begin(), input.sizes().end());
   call.out_shape.back() = num_samples;
   Controls& c = call.controls;
   c.temperature_value = static_cast<float>(temperature_value);
   c.top_k_value = top_k_value;
   c.top_p_value = static_cast<float>(top_p_value);
   c.min_p_value = static_cast<float>(min_p_value);
-  call.keep.reserve(5);
   if (temperature) {
     TORCH_CHECK(logits, op, ": temperature applies to logits only");
     c.temperature = static_cast<const float*>(row_tensor(call, op, "temperature", *temperature, at::kFloat, input));

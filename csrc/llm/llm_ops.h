@@ -5,6 +5,7 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
 
 #include <optional>
 #include <vector>
@@ -13,7 +14,7 @@ namespace wrs::llm {
 
 // One call, its input seen as [rows, v].
 struct Call {
-  at::Tensor x;  // contiguous [rows, v]
+  at::Tensor x;  // the input, contiguous: rows of v items
   int64_t rows = 0;
   int64_t v = 0;
   int64_t samples = 1;
@@ -21,7 +22,7 @@ struct Call {
   int64_t logprobs = kNoLogprobs;
   Controls controls{};
   std::vector<at::Tensor> keep;     // per-row control tensors, contiguous and of the kernels' dtypes
-  std::vector<int64_t> out_shape;   // [..., samples]
+  c10::SmallVector<int64_t, 6> out_shape;  // [..., samples]: the outputs, allocated in it (no views)
 };
 
 // Checks shapes, dtypes, devices and scalar ranges (no data read) and resolves the controls.

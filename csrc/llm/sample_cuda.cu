@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
       thr = max(tk, select(sh, r, true, top_p_target(rc.top_p, m), tk, ge_p, cluster));
     }
   }
-  const float log_min_p = __logf(rc.min_p);
+  const float log_min_p = log_min_p_of(rc.min_p);
   auto keeps = [&](float y) {
     const bool positive = kLogits ? y > -INFINITY : y > 0.0f;
     return positive && order_key(y) >= thr && (!rc.min_p_on() || min_p_keeps<kLogits>(y, r.ymax, rc.min_p, log_min_p));
@@ -570,16 +570,19 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cuda(
   const Call call = prepare(logits ? "sample_logits" : "sample_probs", input, num_samples, logits, temperature,
                             temperature_value, top_k, top_k_value, top_p, top_p_value, min_p, min_p_value, seeds,
                             logprobs);
-  at::Tensor tokens = at::empty({call.rows, call.samples}, input.options().dtype(at::kLong));
-  at::Tensor lp = at::empty({logprobs ? call.rows : 0, call.samples}, input.options().dtype(at::kFloat));
+  // Both in the output shape, whose rows of samples are the kernels' layout.
+  at::Tensor tokens = at::empty(call.out_shape, input.options().dtype(at::kLong));
+  at::Tensor lp = at::empty(logprobs ? at::IntArrayRef(call.out_shape) : at::IntArrayRef{0},
+                            input.options().dtype(at::kFloat));
   if (call.rows > 0) {
     const at::PhiloxCudaState philox =
         seeds ? at::PhiloxCudaState(0, 0) : cuda_philox_state(generator, input.device().index(), 4 * num_samples);
     int64_t* t = tokens.mutable_data_ptr<int64_t>();
     float* l = logprobs ? lp.mutable_data_ptr<float>() : nullptr;
     if (plain_serves(call)) {  // one read of each row (plain_cuda.cu); with per-row tensors, some rows deferred
-      const at::Tensor deferred = at::empty({plain_defers(call) ? call.rows : 0}, input.options().dtype(at::kByte));
-      uint8_t* d = deferred.numel() ? deferred.mutable_data_ptr<uint8_t>() : nullptr;
+      at::Tensor deferred;  // only for per-row controls
+      if (plain_defers(call)) deferred = at::empty({call.rows}, input.options().dtype(at::kByte));
+      uint8_t* d = deferred.defined() ? deferred.mutable_data_ptr<uint8_t>() : nullptr;
       launch_plain(call, philox, t, l, d);
       if (d) {
         AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cuda",
@@ -590,7 +593,7 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cuda(
                                       [&] { run<scalar_t>(call, philox, t, l, nullptr); });
     }
   }
-  return {tokens.view(call.out_shape), logprobs ? lp.view(call.out_shape) : lp.view({0})};
+  return {tokens, lp};
 }
 
 at::Tensor filter_logits_cuda(const at::Tensor& logits, const std::optional<at::Tensor>& temperature,
