@@ -255,7 +255,7 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts
 // none of the set lies at or below t: t's key becomes the pivot and the draw is repeated over
 // the items above it. Accepted draws follow the kept weights over the set exactly. Each round
 // is one pass over the segments whose maximum is above the pivot (the first over the row, for
-// M), and one more to re-sum them after a rejection. Round r > 0 takes its uniform point from
+// M), which also sums the next round's weights. Round r > 0 takes its uniform point from
 // subsequence r of the row's range. All CTAs of the cluster take the same decisions.
 template <typename scalar_t, bool kLogits>
 __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluster_group& cluster, const scalar_t* xr,
@@ -284,22 +284,7 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
   };
   uint64_t target = 0;
   for (int64_t round = 0;; ++round) {
-    if (round > 0) {  // the kept weights above the pivot: re-sum, scan, the cluster's totals
-      for (int seg = warp; seg < nseg; seg += kPlainWarps) {
-        const float m = sh.seg_max[seg];
-        double sum = 0.0;
-        if (kept(m)) {  // the same for the whole warp
-          const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
-          float y[4], w[4];
-          const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
-          weights_of<kLogits>(y, present, m, w);
-#pragma unroll
-          for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
-          sum = warp_sum(lane_sum(w));
-        }
-        if (lane == 0) sh.seg_sum[seg] = sum;
-      }
-      __syncthreads();
+    if (round > 0) {  // the kept weights above the pivot (summed by the last check): scan, the cluster's totals
 #pragma unroll
       for (int k = 0; k < kSegsPerThread; ++k) seg_weight[k] = segment_weight(threadIdx.x * kSegsPerThread + k);
       cub::BlockScan<double, kPlainThreads>(sh.scan).ExclusiveSum(seg_weight, seg_before, cta_total);
@@ -347,23 +332,33 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
       cluster.sync();  // every CTA done reading picks
       return;
     }
-    // The check: the integer mass above the draw (and, in round 0, the row's).
+    // The check: the integer mass above the draw (and, in round 0, the row's). The same pass
+    // sums the kept weights above the draw per segment: the next round's, if it is rejected.
     const uint32_t kt = order_key(yt);
+    auto above_kt = [&](float y) { return order_key(y) > kt && (!min_p || min_p_keeps<kLogits>(y, row_max, rc.min_p, log_min_p)); };
+    auto wanted = [&](int seg) {
+      const float m = sh.seg_max[seg];
+      return positive(m) && (round == 0 || order_key(m) > kt);
+    };
     uint64_t all = 0, above = 0;
-    for_segments(xr, v, q_begin, q_end, nseg, aligned, scale,
-                 [&](int seg) {
-                   const float m = sh.seg_max[seg];
-                   return positive(m) && (round == 0 || order_key(m) > kt);
-                 },
-                 [&](int, const float (&y)[4], int present) {
+    for_segments(xr, v, q_begin, q_end, nseg, aligned, scale, wanted,
+                 [&](int seg, const float (&y)[4], int present) {
+                   float w[4];
+                   weights_of<kLogits>(y, present, sh.seg_max[seg], w);
 #pragma unroll
                    for (int h = 0; h < 4; ++h) {
+                     w[h] = above_kt(y[h]) ? w[h] : 0.0f;
                      if (h >= present || !positive(y[h])) continue;
                      const uint64_t mass = quantize_mass(mass_of<kLogits>(y[h], row_max), bits);
                      all += mass;
                      above += order_key(y[h]) > kt ? mass : 0;
                    }
+                   const double sum = warp_sum(lane_sum(w));
+                   if (lane == 0) sh.seg_sum[seg] = sum;
                  });
+    for (int j = threadIdx.x; j < nseg; j += kPlainThreads) {
+      if (!wanted(j)) sh.seg_sum[j] = 0.0;  // no item above the draw
+    }
     const uint64_t cta_all = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(all);
     __syncthreads();
     const uint64_t cta_above = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(above);
