@@ -93,6 +93,28 @@ struct MaxOf {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
+// Warp 0's walk of segment `seg` (claimed, starting at sh.claim_lo) to the item at `point`
+// over the kept weights: the lane that holds it returns true, with the item and its value.
+template <typename scalar_t, bool kLogits, typename Kept>
+__device__ inline bool walk_to_point(const PlainShared& sh, int seg, double point, const scalar_t* xr, int64_t v,
+                                     int64_t q_begin, int64_t q_end, bool aligned, float scale, float row_max,
+                                     Kept kept, int64_t& item, float& value) {
+  const int lane = threadIdx.x % 32;
+  const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+  float y[4], w[4];
+  const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
+  const float m = sh.seg_max[seg];
+  weights_of<kLogits>(y, present, m, w);
+#pragma unroll
+  for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
+  // The point within the segment in the segment's own units (s_j, not S_j).
+  const double in_seg = (point - sh.claim_lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
+  int h = 0;
+  if (lane != walk_segment(w, in_seg, h)) return false;
+  item = 4 * q + h, value = y[h];
+  return true;
+}
+
 // fn(seg, y, present) for each of the CTA's segments that `wanted` picks, a warp a segment,
 // each warp loading kSegsInFlight segments before it uses any (one load in flight a warp
 // leaves most of the bandwidth unused). `wanted` must be the same for the whole warp, so fn
@@ -304,17 +326,11 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
     __syncthreads();
     if (point >= cta_before && point < cta_before + cta_total) {  // the same in a CTA
       const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim, &sh.claim_lo);
-      if (warp == 0) {
-        const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
-        float y[4], w[4];
-        const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
-        const float m = sh.seg_max[seg];
-        weights_of<kLogits>(y, present, m, w);
-#pragma unroll
-        for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
-        const double in_seg = (point - sh.claim_lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
-        int h = 0;
-        if (lane == walk_segment(w, in_seg, h)) sh.pick = 4 * q + h, sh.pick_y = y[h];
+      int64_t item;
+      float y;
+      if (warp == 0 && walk_to_point<scalar_t, kLogits>(sh, seg, point, xr, v, q_begin, q_end, aligned, scale, row_max,
+                                                        kept, item, y)) {
+        sh.pick = item, sh.pick_y = y;
       }
     }
     cluster.sync();  // every CTA's pick written (and, past round 0, every cta_total read)
@@ -537,22 +553,12 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     if (point < cta_before || point >= cta_before + cta_total) continue;  // another CTA's (the same in a CTA)
     // >= 0: the CTA's range holds the point, so one of its segments does
     const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim, &sh.claim_lo);
-    if (warp == 0) {
-      const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
-      float y[4], w[4];
-      const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
-      const float m = sh.seg_max[seg];
-      weights_of<kLogits>(y, present, m, w);
-#pragma unroll
-      for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
-      // The point within the segment in the segment's own units (s_j, not S_j).
-      const double target = (point - sh.claim_lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
-      int h = 0;
-      const int pick_lane = walk_segment(w, target, h);
-      if (lane == pick_lane) {
-        tokens[row * samples + s] = 4 * q + h;
-        if (logprobs) logprobs[row * samples + s] = static_cast<float>((kLogits ? y[h] : log(y[h])) - log_norm);
-      }
+    int64_t item;
+    float y;
+    if (warp == 0 && walk_to_point<scalar_t, kLogits>(sh, seg, point, xr, v, q_begin, q_end, aligned, scale, row_max,
+                                                      kept, item, y)) {
+      tokens[row * samples + s] = item;
+      if (logprobs) logprobs[row * samples + s] = static_cast<float>((kLogits ? y : log(y)) - log_norm);
     }
     __syncthreads();
   }
