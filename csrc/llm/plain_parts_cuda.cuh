@@ -1,0 +1,124 @@
+#pragma once
+// The plain kernel's (plain_cuda.cu) sizes, shared memory and warp pieces. Included by
+// plain_cuda.cu and its phase headers only: everything here is in its anonymous namespace.
+#include "common/cuda_utils.cuh"
+#include "common/philox_cuda.cuh"
+#include "llm/dispatch_cuda.h"
+#include "llm/segments_cuda.cuh"
+#include "llm/select_cuda.cuh"
+
+#include <cooperative_groups.h>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+namespace wrs::llm {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kPlainThreads = 512;
+constexpr int kPlainWarps = kPlainThreads / 32;
+constexpr int kSegsPerThread = 4;  // a thread's segments in the scan (blocked)
+constexpr int kMaxSegments = kPlainThreads * kSegsPerThread;
+constexpr int64_t kMaxItems = kMaxSegments * kSegment;  // a CTA's share: 262,144 items
+constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
+constexpr int kCandidates = 2048;  // items a CTA's top-k list holds; past it, selects read the row
+constexpr int64_t kPlainMaxTopK = 1024;  // larger k: longer lists; the sample kernel takes them
+
+struct PlainShared {
+  float seg_max[kMaxSegments];
+  double seg_sum[kMaxSegments];
+  float cta_max;
+  int bad;
+  double cta_total;
+  double cta_all;  // filtered, with raw log-probabilities: the whole share's weight
+  int claim;
+  double claim_lo;
+  int64_t pick;  // top-p by rejection: the CTA's drawn item (-1: another CTA's), its value
+  float pick_y;
+  uint64_t cta_mass, cta_above;
+  union {
+    typename cub::BlockReduce<uint64_t, kPlainThreads>::TempStorage mass_reduce;
+    typename cub::BlockReduce<float, kPlainThreads>::TempStorage max_reduce;
+    typename cub::BlockScan<double, kPlainThreads>::TempStorage scan;
+    typename cub::BlockReduce<double, kPlainThreads>::TempStorage sum_reduce;
+  };
+};
+
+// The top-k kernel's shared memory, after PlainShared: the select's histogram, this CTA's
+// list of items at or above the floor, and the cluster's lists gathered where they are short.
+constexpr int kRanked = kPlainThreads;  // lists this short are ranked by counting, an item a thread
+struct TopKShared {
+  CtaSelect select;
+  float candidates[kCandidates];
+  int listed;
+  uint32_t keys[kRanked];
+  uint64_t masses[kRanked];
+  uint32_t thr_k, thr_p;
+  unsigned long long mass_k;
+};
+constexpr size_t kTopKOffset = (sizeof(PlainShared) + 15) / 16 * 16;
+
+// The weights of a lane's four items relative to the segment's maximum m.
+template <bool kLogits>
+__device__ inline void weights_of(const float (&y)[4], int present, float m, float (&w)[4]) {
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    const bool in = h < present && (kLogits ? m > -INFINITY : true);
+    w[h] = in ? (kLogits ? __expf(y[h] - m) : y[h]) : 0.0f;
+  }
+}
+
+struct MaxOf {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Warp 0's walk of segment `seg` (claimed, starting at sh.claim_lo) to the item at `point`
+// over the kept weights: the lane that holds it returns true, with the item and its value.
+template <typename scalar_t, bool kLogits, typename Kept>
+__device__ inline bool walk_to_point(const PlainShared& sh, int seg, double point, const scalar_t* xr, int64_t v,
+                                     int64_t q_begin, int64_t q_end, bool aligned, float scale, float row_max,
+                                     Kept kept, int64_t& item, float& value) {
+  const int lane = threadIdx.x % 32;
+  const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+  float y[4], w[4];
+  const int present = q < q_end ? load_four(xr, v, q, aligned, scale, y) : 0;
+  const float m = sh.seg_max[seg];
+  weights_of<kLogits>(y, present, m, w);
+#pragma unroll
+  for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
+  // The point within the segment in the segment's own units (s_j, not S_j).
+  const double in_seg = (point - sh.claim_lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
+  int h = 0;
+  if (lane != walk_segment(w, in_seg, h)) return false;
+  item = 4 * q + h, value = y[h];
+  return true;
+}
+
+// fn(seg, y, present) for each of the CTA's segments that `wanted` picks, a warp a segment,
+// each warp loading kSegsInFlight segments before it uses any (one load in flight a warp
+// leaves most of the bandwidth unused). `wanted` must be the same for the whole warp, so fn
+// may use warp collectives.
+template <typename scalar_t, typename Wanted, typename Fn>
+__device__ inline void for_segments(const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end, int nseg,
+                                    bool aligned, float scale, Wanted wanted, Fn fn) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int seg0 = warp; seg0 < nseg; seg0 += kPlainWarps * kSegsInFlight) {
+    float y[kSegsInFlight][4];
+    int present[kSegsInFlight];
+#pragma unroll
+    for (int u = 0; u < kSegsInFlight; ++u) {
+      const int seg = seg0 + u * kPlainWarps;
+      const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+      present[u] = seg < nseg && q < q_end && wanted(seg) ? load_four(xr, v, q, aligned, scale, y[u]) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kSegsInFlight; ++u) {
+      const int seg = seg0 + u * kPlainWarps;
+      if (seg < nseg && wanted(seg)) fn(seg, y[u], present[u]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace wrs::llm
