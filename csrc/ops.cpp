@@ -100,6 +100,12 @@ TORCH_LIBRARY(wrs, m) {
   m.def("filter_logits(Tensor logits, *, Tensor? temperature=None, float temperature_value=1.0, "
         "Tensor? top_k=None, int top_k_value=0, Tensor? top_p=None, float top_p_value=1.0, Tensor? min_p=None, "
         "float min_p_value=0.0) -> Tensor");
+  // Which CUDA kernel (and cluster of CTAs a row) sample_llm takes for a call of this shape
+  // and these controls, by the method table (csrc/llm/route.h): for tests and the docs.
+  // per_row names the controls given as per-row tensors ("top_k,top_p"); sms is the GPU's
+  // multiprocessors.
+  m.def("_llm_route(int rows, int v, int num_samples=1, *, float temperature=1.0, int top_k=0, float top_p=1.0, "
+        "float min_p=0.0, str per_row=\"\", int logprobs=0, int sms=132) -> str");
   // Speculative decoding's rejection scheme: draft_probs [B, S, V], draft_tokens [B, S],
   // target_probs [B, S + 1, V] -> emitted tokens int64 [B, S + 1] (-1 after the last) and
   // the accepted draft count int64 [B]. The emitted tokens follow the target law exactly.

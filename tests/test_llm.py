@@ -493,3 +493,38 @@ def test_plain_cuda_kernel_law_on_rows_past_the_resident_size():
         t = torch_wrs.sample_logits(xs, 12_500, generator=gen)
         counts += torch.bincount((t // 1000).reshape(-1).cpu(), minlength=1000).double()
     assert g_test_pvalue(counts, ref) > P_MIN
+
+
+@pytest.mark.parametrize("call, expected", [
+    (dict(rows=1, v=32_000), "plain cluster=4"),  # few rows: a row split over CTAs of 8,000 items
+    (dict(rows=1, v=128_256), "plain cluster=8"),
+    (dict(rows=256, v=32_000), "plain cluster=1"),  # as many rows as SMs: a CTA a row
+    (dict(rows=64, v=128_256), "plain cluster=2"),  # rows x CTAs up to the SMs
+    (dict(rows=64, v=128_256, sms=264), "plain cluster=4"),
+    (dict(rows=1, v=200_003, min_p=0.1), "plain cluster=8"),
+    (dict(rows=1, v=3_000_000), "sample cluster=8"),  # past a cluster's plain share (8 x 262,144)
+    (dict(rows=1, v=32_000, top_k=50), "plain-thresholds cluster=4"),
+    (dict(rows=1, v=32_000, top_k=1024, top_p=0.9), "plain-thresholds cluster=4"),
+    (dict(rows=1, v=32_000, top_k=1025), "sample cluster=4 resident"),
+    (dict(rows=1, v=1000, top_k=5000), "plain cluster=1"),  # k >= V keeps every item
+    (dict(rows=1, v=32_000, top_p=0.9), "plain-thresholds cluster=4"),  # top-p alone by rejection
+    (dict(rows=1, v=32_000, top_p=0.9, logprobs=2), "plain-thresholds cluster=4"),
+    (dict(rows=1, v=32_000, top_p=0.9, num_samples=2), "sample cluster=4 resident"),
+    (dict(rows=1, v=32_000, top_p=0.9, logprobs=1), "sample cluster=4 resident"),
+    (dict(rows=1, v=32_000, temperature=0.0), "sample cluster=4 resident"),  # greedy
+    (dict(rows=8, v=1_000_000, temperature=0.0), "sample cluster=8"),  # not resident: 125,000 items a CTA
+    (dict(rows=4, v=32_000, per_row="temperature"), "plain cluster=4 defers"),
+    (dict(rows=4, v=32_000, per_row="top_k,top_p"), "plain-thresholds cluster=4 defers"),
+    (dict(rows=4, v=32_000, top_k=5000, per_row="top_p"), "plain-thresholds cluster=4 defers"),
+])
+def test_cuda_route_table(call, expected):
+    """The CUDA method table (csrc/llm/route.h), answered on any build: which kernel serves a
+    call and over how many CTAs a row."""
+    assert torch.ops.wrs._llm_route(**call) == expected
+
+
+def test_cuda_route_arguments():
+    with pytest.raises(RuntimeError, match="per_row names"):
+        torch.ops.wrs._llm_route(1, 100, per_row="top_q")
+    with pytest.raises(RuntimeError, match="must be positive"):
+        torch.ops.wrs._llm_route(0, 100)

@@ -2,7 +2,7 @@
 // only the segments that can hold kept items read again. Its pieces: plain_parts_cuda.cuh
 // (shared memory, segment loops), plain_top_k_cuda.cuh (phase 2), plain_top_p_cuda.cuh (top-p
 // alone, by rejection).
-// A row is served by a cluster of CTAs (dispatch_cuda.h's size for rows that are not
+// A row is served by a cluster of CTAs (route.h's size for rows that are not
 // resident), each over whole 128-item segments of its share:
 //   1. stream: a warp per segment, several segments in flight; per segment its largest
 //      value m_j and the float64 sum s_j of its weights (exp(y - m_j) for logits, y for
@@ -207,40 +207,16 @@ void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float
 
 }  // namespace
 
-static bool top_k_on(const Call& call) {
-  return call.controls.top_k || (call.controls.top_k_value > 0 && call.controls.top_k_value < call.v);
-}
-
-// Calls whose rows may need a threshold: the top-k variant (which also draws top-p alone).
-static bool thresholds(const Call& call) {
-  return top_k_on(call) || call.controls.top_p || call.controls.top_p_value < 1.0f;
-}
-
-bool plain_defers(const Call& call) {
-  const Controls& c = call.controls;
-  return c.temperature || c.top_k || c.top_p || c.min_p;
-}
-
-bool plain_serves(const Call& call) {
-  const Controls& c = call.controls;
-  if (!plain_defers(call)) {  // scalar controls: decided here
-    if (!(c.temperature_value > 0.0f && c.temperature_value <= FLT_MAX)) return false;  // greedy or invalid
-    if (top_k_on(call) && c.top_k_value > kPlainMaxTopK) return false;
-    // Top-p alone by rejection: one sample, no log-probabilities under the top-p set.
-    if (!top_k_on(call) && c.top_p_value < 1.0f && (call.samples != 1 || call.logprobs == kProcessed)) return false;
-  }
-  return share_items(call.v, cluster_size(call.rows, call.v, false)) <= kMaxItems;
-}
-
-void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, uint8_t* deferred) {
-  const int cluster = cluster_size(call.rows, call.v, false);
+void launch_plain(const Call& call, const Route& route, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs,
+                  uint8_t* deferred) {
+  const bool thresholds = route.kernel == Kernel::kPlainThresholds;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_plain", [&] {
     if (call.logits) {
-      thresholds(call) ? launch<scalar_t, true, true>(call, philox, tokens, logprobs, deferred, cluster)
-                       : launch<scalar_t, true, false>(call, philox, tokens, logprobs, deferred, cluster);
+      thresholds ? launch<scalar_t, true, true>(call, philox, tokens, logprobs, deferred, route.cluster)
+                 : launch<scalar_t, true, false>(call, philox, tokens, logprobs, deferred, route.cluster);
     } else {
-      thresholds(call) ? launch<scalar_t, false, true>(call, philox, tokens, logprobs, deferred, cluster)
-                       : launch<scalar_t, false, false>(call, philox, tokens, logprobs, deferred, cluster);
+      thresholds ? launch<scalar_t, false, true>(call, philox, tokens, logprobs, deferred, route.cluster)
+                 : launch<scalar_t, false, false>(call, philox, tokens, logprobs, deferred, route.cluster);
     }
   });
 }

@@ -9,23 +9,17 @@
 // known, so one read serves both (the resident path knows M first; the two agree but where
 // float rounding differs).
 #include "llm/llm_ops.h"
+#include "llm/route.h"
 
 #include <ATen/cuda/PhiloxCudaState.h>
 
 namespace wrs::llm {
 
-// Whether a call takes the plain kernel: the scalar controls above, or per-row control
-// tensors (its rows decided on the device), and rows short enough for its segment sums
-// (262,144 items a CTA, up to 8 CTAs a row).
-bool plain_serves(const Call& call);
-
-// Whether some rows of a call the plain kernel serves may be deferred to the sample kernel:
-// with per-row tensors, greedy rows, top-p alone where rejection does not fit (several
-// samples, processed log-probabilities), and top-k above 1,024.
-bool plain_defers(const Call& call);
-
-// Launches it on the current stream: tokens [rows, samples], logprobs or nullptr; where
-// plain_defers, deferred [rows] marks the rows it left (then the sample kernel's).
-void launch_plain(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, uint8_t* deferred);
+// Launches the plain kernel (route.kernel: kPlain or kPlainThresholds) on the current
+// stream: tokens [rows, samples], logprobs or nullptr; where route.defers, deferred [rows]
+// marks the rows it left to the sample kernel (greedy rows, top-p alone where rejection does
+// not fit: several samples or processed log-probabilities, top-k above 1,024).
+void launch_plain(const Call& call, const Route& route, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs,
+                  uint8_t* deferred);
 
 }  // namespace wrs::llm

@@ -21,9 +21,9 @@ constexpr int kPlainWarps = kPlainThreads / 32;
 constexpr int kSegsPerThread = 4;  // a thread's segments in the scan (blocked)
 constexpr int kMaxSegments = kPlainThreads * kSegsPerThread;
 constexpr int64_t kMaxItems = kMaxSegments * kSegment;  // a CTA's share: 262,144 items
+static_assert(kMaxItems == kPlainMaxItems, "route.h's plain share is the kernel's");
 constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
 constexpr int kCandidates = 2048;  // items a CTA's top-k list holds; past it, selects read the row
-constexpr int64_t kPlainMaxTopK = 1024;  // larger k: longer lists; the sample kernel takes them
 
 struct PlainShared {
   float seg_max[kMaxSegments];

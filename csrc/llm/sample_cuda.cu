@@ -1,5 +1,5 @@
 // CUDA kernels of sample_llm and filter_logits (llm.h states the law). A row is served by
-// a cluster of CTAs (dispatch_cuda.h picks its size), each over a contiguous share of the
+// a cluster of CTAs (route.h picks its size), each over a contiguous share of the
 // row; the CTAs combine their partial results through distributed shared memory, so a call
 // is one launch however its rows are split. A row's passes over its values:
 //   1. stats (with any control, or greedy): largest value, first argmax, bad values,
@@ -549,14 +549,13 @@ void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {
 template <typename scalar_t>
 void run(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, scalar_t* filtered,
          const uint8_t* only = nullptr) {
-  const bool resident = fits_resident(call.v);
+  const Route r = sample_route(call, device_sms());
   Args<scalar_t> a{call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs,
-                   mass_bits(call.v), tokens, logprobs, filtered, resident, only};
-  const int cluster = cluster_size(call.rows, call.v, resident);
+                   mass_bits(call.v), tokens, logprobs, filtered, r.resident, only};
   if (call.logits) {
-    launch<scalar_t, true>(call, a, cluster, resident);
+    launch<scalar_t, true>(call, a, r.cluster, r.resident);
   } else {
-    launch<scalar_t, false>(call, a, cluster, resident);
+    launch<scalar_t, false>(call, a, r.cluster, r.resident);
   }
 }
 
@@ -579,11 +578,12 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cuda(
         seeds ? at::PhiloxCudaState(0, 0) : cuda_philox_state(generator, input.device().index(), 4 * num_samples);
     int64_t* t = tokens.mutable_data_ptr<int64_t>();
     float* l = logprobs ? lp.mutable_data_ptr<float>() : nullptr;
-    if (plain_serves(call)) {  // one read of each row (plain_cuda.cu); with per-row tensors, some rows deferred
+    const Route r = route(call, device_sms());
+    if (r.kernel != Kernel::kSample) {  // one read of each row (plain_cuda.cu); with per-row tensors, some rows deferred
       at::Tensor deferred;  // only for per-row controls
-      if (plain_defers(call)) deferred = at::empty({call.rows}, input.options().dtype(at::kByte));
+      if (r.defers) deferred = at::empty({call.rows}, input.options().dtype(at::kByte));
       uint8_t* d = deferred.defined() ? deferred.mutable_data_ptr<uint8_t>() : nullptr;
-      launch_plain(call, philox, t, l, d);
+      launch_plain(call, r, philox, t, l, d);
       if (d) {
         AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cuda",
                                         [&] { run<scalar_t>(call, philox, t, l, nullptr, d); });

@@ -12,8 +12,6 @@ namespace wrs::llm {
 constexpr int kThreads = 512;
 constexpr int kBins = 2048;
 constexpr int kBinsPerThread = kBins / kThreads;
-// Items of a row one CTA keeps in shared memory (as float values) between passes.
-constexpr int kResident = 32768;
 
 // Level l's shift and width: bins of level 1 are key >> 21, of level 2 (key >> 10) & 2047,
 // of level 3 key & 1023 (single keys).

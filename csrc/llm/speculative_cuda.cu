@@ -1,5 +1,5 @@
 // CUDA kernel of speculative_accept (the law in llm_cpu.cpp's speculative_rows, which this
-// follows draw for draw). A row is served by a cluster of CTAs (dispatch_cuda.h's size),
+// follows draw for draw). A row is served by a cluster of CTAs (route.h's size),
 // each over whole 128-item segments of its share:
 //   1. acceptance: warp 0's lanes test drafts j = lane, lane + 32, ... at once; the first
 //      failure is the row's accepted count (every CTA of the row finds the same);
