@@ -61,9 +61,10 @@ def _check_rows(op, x, logits, kw):
 
 
 def _sample(op, x, num_samples, logits, controls, replacement, generator, seeds, return_logprobs, check):
-    mode = _LOGPROB_MODES.get(return_logprobs, -1) if return_logprobs is None or isinstance(return_logprobs, str) else -1
-    if mode < 0:
-        raise RuntimeError(f"{op}: return_logprobs must be None, 'processed' or 'raw', got {return_logprobs!r}")
+    try:
+        mode = _LOGPROB_MODES[return_logprobs]
+    except (KeyError, TypeError):  # TypeError: an unhashable value
+        raise RuntimeError(f"{op}: return_logprobs must be None, 'processed' or 'raw', got {return_logprobs!r}") from None
     if check:
         _check_rows(op, x, logits, dict(zip(_CONTROL_NAMES, controls)))
     if replacement or num_samples == 1:
