@@ -298,4 +298,6 @@ def speculative_accept(
     >>> d = torch.softmax(torch.randn(2, 4, 100), -1); t = torch.softmax(torch.randn(2, 5, 100), -1)
     >>> tokens, accepted = torch_wrs.speculative_accept(d, torch.multinomial(d.view(-1, 100), 1).view(2, 4), t)
     """
+    if direct_call(draft_probs):
+        return _C.speculative_accept(draft_probs, draft_tokens, target_probs, generator)
     return _speculative_accept(draft_probs, draft_tokens, target_probs, generator=generator)

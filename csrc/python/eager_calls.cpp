@@ -1,4 +1,4 @@
-// torch_wrs._C as a Python module: direct bindings of the drop-ins and of the LLM sampler
+// torch_wrs._C as a Python module: direct bindings of the drop-ins and of the LLM samplers
 // for eager calls.
 //
 // A call through torch.ops parses its arguments against the schema, boxed: about 0.6 us
@@ -27,6 +27,8 @@ using SampleLlmFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_
                                                        const OptTensor&, int64_t, const OptTensor&, double,
                                                        const OptTensor&, double, const OptTensor&, int64_t,
                                                        std::optional<at::Generator>);
+using SpeculativeFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                         std::optional<at::Generator>);
 
 at::Tensor multinomial(const at::Tensor& input, int64_t num_samples, bool replacement,
                        std::optional<at::Generator> generator) {
@@ -76,6 +78,15 @@ std::tuple<at::Tensor, at::Tensor> sample_llm(const at::Tensor& input, int64_t n
                  min_p, min_p_value, seeds, logprobs, std::move(generator));
 }
 
+std::tuple<at::Tensor, at::Tensor> speculative_accept(const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+                                                      const at::Tensor& target_probs,
+                                                      std::optional<at::Generator> generator) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("wrs::speculative_accept", "").typed<SpeculativeFn>();
+  const py::gil_scoped_release no_gil;
+  return op.call(draft_probs, draft_tokens, target_probs, std::move(generator));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -87,4 +98,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("dirichlet", &dirichlet);
   m.def("beta", &beta);
   m.def("sample_llm", &sample_llm);
+  m.def("speculative_accept", &speculative_accept);
 }
