@@ -379,20 +379,15 @@ __device__ void draw_inverse_cdf(Shared& sh, const Row<kLogits, scalar_t>& r, Ke
     const int64_t qi = static_cast<int64_t>(seg) * 32 + lane;
     weights(qi, w);
     const double mine = lane_sum(w);
-    double incl = mine;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const double up = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += up;
-    }
-    double cum = cta_before + sh.seg_before[seg] + (incl - mine);
+    const double before = warp_inclusive_sum(mine) - mine;
+    double cum = cta_before + sh.seg_before[seg] + before;
     int hit = -1;
 #pragma unroll
     for (int h = 0; h < 4; ++h) {
       cum += w[h];
       if (hit < 0 && w[h] > 0.0f && point < cum) hit = h;
     }
-    const unsigned found = __ballot_sync(0xffffffffu, hit >= 0 && point >= cta_before + sh.seg_before[seg] + (incl - mine));
+    const unsigned found = __ballot_sync(0xffffffffu, hit >= 0 && point >= cta_before + sh.seg_before[seg] + before);
     if (found == 0 || lane != __ffs(found) - 1) continue;
     const int64_t i = 4 * (r.q_begin + qi) + hit;
     a.tokens[row * a.samples + s] = i;

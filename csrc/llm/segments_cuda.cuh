@@ -47,6 +47,17 @@ __device__ inline float warp_max(float x) {
   return x;
 }
 
+// The sum of x over lanes 0 .. this lane (a full warp).
+__device__ inline double warp_inclusive_sum(double x) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const double up = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += up;
+  }
+  return x;
+}
+
 // A warp's walk of one segment (lane l holds the weights w of its quad): the first item
 // whose cumulative weight in row order passes `target` (in the segment's own units). Where
 // rounding leaves the target past the walked total, the segment's last item with weight.
@@ -54,13 +65,7 @@ __device__ inline float warp_max(float x) {
 __device__ inline int walk_segment(const float (&w)[4], double target, int& h) {
   const int lane = threadIdx.x % 32;
   const double mine = lane_sum(w);
-  double incl = mine;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const double up = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += up;
-  }
-  double cum = incl - mine;
+  double cum = warp_inclusive_sum(mine) - mine;
   int hit = -1, last = -1;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
