@@ -8,7 +8,8 @@
 //   2. keys: each y_i maps to a 32-bit key that orders as y does (order_key); every
 //      threshold below is a key, so ties are kept together.
 //   3. masses: q_i = round(mu_i * 2^B) in exact integers, mu_i = exp(y_i - max y) for logits,
-//      y_i / max y for probabilities, B = mass_bits(V) (40 for V <= 2^22). Sums of q are
+//      y_i * (1 / max y) for probabilities (a product: the same float on every device, and
+//      cheaper than a quotient per item), B = mass_bits(V) (40 for V <= 2^22). Sums of q are
 //      exact, so the top-p decision does not depend on the order of summation.
 //   4. top-k (1 <= k < V): t_k is the k-th largest key, counted with multiplicity; items
 //      with key >= t_k are kept (ties with the k-th are kept, as Hugging Face and vLLM).
@@ -102,7 +103,7 @@ C10_HOST_DEVICE inline uint64_t quantize_mass(float mu, int bits) {
 template <bool kLogits>
 C10_HOST_DEVICE inline float mass_of(float y, float ymax) {
   if (kLogits) return ::expf(y - ymax);
-  return y / ymax;
+  return y * (1.0f / ymax);
 }
 
 // The log-weight a race and the log-probabilities use.

@@ -91,25 +91,29 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
       const float m = sh.seg_max[seg];
       return positive(m) && (round == 0 || order_key(m) > kt);
     };
+    // Round 0 needs every item's mass (for M); later rounds and the weights need only the
+    // items above the draw, and a segment whose maximum is not above it holds none.
     uint64_t all = 0, above = 0;
     for_segments(xr, v, q_begin, q_end, nseg, aligned, scale, wanted,
                  [&](int seg, const float (&y)[4], int present) {
-                   float w[4];
-                   weights_of<kLogits>(y, present, sh.seg_max[seg], w);
 #pragma unroll
                    for (int h = 0; h < 4; ++h) {
-                     w[h] = above_kt(y[h]) ? w[h] : 0.0f;
-                     if (h >= present || !positive(y[h])) continue;
+                     const bool up = order_key(y[h]) > kt;
+                     if (h >= present || !positive(y[h]) || !(round == 0 || up)) continue;
                      const uint64_t mass = quantize_mass(mass_of<kLogits>(y[h], row_max), bits);
                      all += mass;
-                     above += order_key(y[h]) > kt ? mass : 0;
+                     above += up ? mass : 0;
                    }
-                   const double sum = warp_sum(lane_sum(w));
+                   double sum = 0.0;
+                   if (order_key(sh.seg_max[seg]) > kt) {  // the same for the whole warp
+                     float w[4];
+                     weights_of<kLogits>(y, present, sh.seg_max[seg], w);
+#pragma unroll
+                     for (int h = 0; h < 4; ++h) w[h] = above_kt(y[h]) ? w[h] : 0.0f;
+                     sum = warp_sum(lane_sum(w));
+                   }
                    if (lane == 0) sh.seg_sum[seg] = sum;
                  });
-    for (int j = threadIdx.x; j < nseg; j += kPlainThreads) {
-      if (!wanted(j)) sh.seg_sum[j] = 0.0;  // no item above the draw
-    }
     const uint64_t cta_all = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(all);
     __syncthreads();
     const uint64_t cta_above = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(above);
