@@ -183,10 +183,10 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     const double point = min(uniform53(w4) * grand, below_grand);
     if (point < cta_before || point >= cta_before + cta_total) continue;  // another CTA's (the same in a CTA)
     // >= 0: the CTA's range holds the point, so one of its segments does
-    const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim, &sh.claim_lo);
+    const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim[0], &sh.claim_lo[0]);
     int64_t item;
     float y;
-    if (warp == 0 && walk_to_point<scalar_t, kLogits>(sh, seg, point, xr, v, q_begin, q_end, aligned, scale, row_max,
+    if (warp == 0 && walk_to_point<scalar_t, kLogits>(sh, seg, sh.claim_lo[0], point, xr, v, q_begin, q_end, aligned, scale, row_max,
                                                       kept, item, y)) {
       tokens[row * samples + s] = item;
       if (logprobs) logprobs[row * samples + s] = static_cast<float>((kLogits ? y : log(y)) - log_norm);

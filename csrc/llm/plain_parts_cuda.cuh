@@ -25,6 +25,16 @@ static_assert(kMaxItems == kPlainMaxItems, "route.h's plain share is the kernel'
 constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
 constexpr int kCandidates = 2048;  // items a CTA's top-k list holds; past it, selects read the row
 
+// Top-p by rejection's integer masses: the row's, and those above each of two proposals.
+struct Masses {
+  uint64_t all, above[2];
+};
+struct SumMasses {
+  __device__ Masses operator()(const Masses& a, const Masses& b) const {
+    return Masses{a.all + b.all, {a.above[0] + b.above[0], a.above[1] + b.above[1]}};
+  }
+};
+
 struct PlainShared {
   float seg_max[kMaxSegments];
   double seg_sum[kMaxSegments];
@@ -32,13 +42,13 @@ struct PlainShared {
   int bad;
   double cta_total;
   double cta_all;  // filtered, with raw log-probabilities: the whole share's weight
-  int claim;
-  double claim_lo;
-  int64_t pick;  // top-p by rejection: the CTA's drawn item (-1: another CTA's), its value
-  float pick_y;
-  uint64_t cta_mass, cta_above;
+  int claim[2];  // the claimed segment of a point and where it starts (top-p: two proposals)
+  double claim_lo[2];
+  int64_t pick[2];  // top-p by rejection: the CTA's drawn items (-1: another CTA's), their values
+  float pick_y[2];
+  Masses cta_masses;
   union {
-    typename cub::BlockReduce<uint64_t, kPlainThreads>::TempStorage mass_reduce;
+    typename cub::BlockReduce<Masses, kPlainThreads>::TempStorage mass_reduce;
     typename cub::BlockReduce<float, kPlainThreads>::TempStorage max_reduce;
     typename cub::BlockScan<double, kPlainThreads>::TempStorage scan;
     typename cub::BlockReduce<double, kPlainThreads>::TempStorage sum_reduce;
@@ -73,10 +83,10 @@ struct MaxOf {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-// Warp 0's walk of segment `seg` (claimed, starting at sh.claim_lo) to the item at `point`
-// over the kept weights: the lane that holds it returns true, with the item and its value.
+// A warp's walk of segment `seg` (claimed, starting at `lo`) to the item at `point` over the
+// kept weights: the lane that holds it returns true, with the item and its value.
 template <typename scalar_t, bool kLogits, typename Kept>
-__device__ inline bool walk_to_point(const PlainShared& sh, int seg, double point, const scalar_t* xr, int64_t v,
+__device__ inline bool walk_to_point(const PlainShared& sh, int seg, double lo, double point, const scalar_t* xr, int64_t v,
                                      int64_t q_begin, int64_t q_end, bool aligned, float scale, float row_max,
                                      Kept kept, int64_t& item, float& value) {
   const int lane = threadIdx.x % 32;
@@ -88,7 +98,7 @@ __device__ inline bool walk_to_point(const PlainShared& sh, int seg, double poin
 #pragma unroll
   for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
   // The point within the segment in the segment's own units (s_j, not S_j).
-  const double in_seg = (point - sh.claim_lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
+  const double in_seg = (point - lo) / (kLogits ? exp(static_cast<double>(m) - row_max) : 1.0);
   int h = 0;
   if (lane != walk_segment(w, in_seg, h)) return false;
   item = 4 * q + h, value = y[h];

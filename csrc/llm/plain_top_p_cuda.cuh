@@ -5,15 +5,20 @@
 namespace wrs::llm {
 namespace {
 
-// Top-p alone, one sample a row (the top-k kernel variant): rejection. Draw from the kept
-// weights (min-p's, over the items above the pivot); the draw t is in the top-p set exactly
-// where the items with key above t's hold less than the target's integer mass (the sample
-// kernel's set: ceil(p M) of the row's mass M, ties at the crossing value kept). If it is not,
-// none of the set lies at or below t: t's key becomes the pivot and the draw is repeated over
-// the items above it. Accepted draws follow the kept weights over the set exactly. Each round
-// is one pass over the segments whose maximum is above the pivot (the first over the row, for
-// M), which also sums the next round's weights. Round r > 0 takes its uniform point from
-// subsequence r of the row's range. All CTAs of the cluster take the same decisions.
+// Top-p alone, one sample a row (the top-k kernel variant): rejection. Each round draws two
+// proposals from the kept weights (min-p's, over the items above the pivot); a draw t is in
+// the top-p set exactly where the items with key above t's hold less than the target's
+// integer mass (the sample kernel's set: ceil(p M) of the row's mass M, ties at the crossing
+// value kept). The first proposal in the set is taken: it follows the kept weights over the
+// set exactly, as the two are independent draws of one law. If neither is, none of the set
+// lies at or below the higher: its key becomes the pivot and the round is repeated over the
+// items above it. Two proposals a round make a second round rare (on the benchmark's rows at
+// p = 0.9, 1 row in 80 against 1 in 9), and a call lasts as long as its slowest row. Each round
+// is one pass over the segments whose maximum is above the lower proposal (the first over the
+// row, for M), which also sums the next round's weights. Round r takes words (x, y) and
+// (z, w) of one Philox block of subsequence r of the row's range; rounds past the range's
+// length count in the block counter's high word. All CTAs of the cluster take the same
+// decisions.
 template <typename scalar_t, bool kLogits>
 __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluster_group& cluster, const scalar_t* xr,
                                                      int64_t v, int64_t q_begin, int64_t q_end, int nseg, bool aligned,
@@ -54,28 +59,40 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
         grand += t;
       }
     }
-    // The draw: the CTA whose range holds the point finds the item.
-    const uint4 w4 = philox_block_at(key, offset / 4, subsequence(tag, quads, 4 * (round % quads)));
-    const double point = min(uniform53(w4) * grand, nextafter(grand, 0.0));
-    if (threadIdx.x == 0) sh.pick = -1;
+    // The draws: the CTA whose range holds a point claims its segment, and warp j walks proposal j's.
+    const uint64_t block = offset / 4 + (static_cast<uint64_t>(round / quads) << 32);
+    const uint4 w4 = philox_block_at(key, block, subsequence(tag, quads, 4 * (round % quads)));
+    const double top = nextafter(grand, 0.0);
+    const double point[2] = {min(uniform53(w4) * grand, top), min(uniform53(make_uint4(w4.z, w4.w, 0, 0)) * grand, top)};
+    if (threadIdx.x < 2) sh.pick[threadIdx.x] = -1;
     __syncthreads();
-    if (point >= cta_before && point < cta_before + cta_total) {  // the same in a CTA
-      const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim, &sh.claim_lo);
+    int seg[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const bool mine = point[j] >= cta_before && point[j] < cta_before + cta_total;  // the same in a CTA
+      seg[j] = mine ? claim_segment(seg_weight, seg_before, cta_before, point[j], &sh.claim[j], &sh.claim_lo[j]) : -1;
+    }
+    if (warp < 2) {
+      const int j = warp, s = j == 0 ? seg[0] : seg[1];
+      const double at = j == 0 ? point[0] : point[1];
       int64_t item;
       float y;
-      if (warp == 0 && walk_to_point<scalar_t, kLogits>(sh, seg, point, xr, v, q_begin, q_end, aligned, scale, row_max,
-                                                        kept, item, y)) {
-        sh.pick = item, sh.pick_y = y;
+      if (s >= 0 && walk_to_point<scalar_t, kLogits>(sh, s, sh.claim_lo[j], at, xr, v, q_begin, q_end, aligned, scale,
+                                                     row_max, kept, item, y)) {
+        sh.pick[j] = item, sh.pick_y[j] = y;
       }
     }
-    cluster.sync();  // every CTA's pick written (and, past round 0, every cta_total read)
-    int64_t t = -1;
-    float yt = 0.0f;
+    cluster.sync();  // every CTA's picks written (and, past round 0, every cta_total read)
+    int64_t t[2] = {-1, -1};
+    float yt[2] = {0.0f, 0.0f};
     for (unsigned r = 0; r < cs; ++r) {
       const PlainShared* o = cluster.map_shared_rank(&sh, r);
-      if (o->pick >= 0) t = o->pick, yt = o->pick_y;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if (o->pick[j] >= 0) t[j] = o->pick[j], yt[j] = o->pick_y[j];
+      }
     }
-    if (t < 0) {  // no CTA drew (float rounding of the ranges; not expected): token 0, as an invalid row
+    if (t[0] < 0 || t[1] < 0) {  // no CTA drew (float rounding of the ranges; not expected): token 0, as an invalid row
       if (cluster.block_rank() == 0 && threadIdx.x == 0) {
         *token = 0;
         if (logprob) *logprob = NAN;
@@ -83,57 +100,60 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
       cluster.sync();  // every CTA done reading picks
       return;
     }
-    // The check: the integer mass above the draw (and, in round 0, the row's). The same pass
-    // sums the kept weights above the draw per segment: the next round's, if it is rejected.
-    const uint32_t kt = order_key(yt);
-    auto above_kt = [&](float y) { return order_key(y) > kt && (!min_p || min_p_keeps<kLogits>(y, row_max, rc.min_p, log_min_p)); };
+    // The check: the integer mass above each draw (and, in round 0, the row's). The same pass
+    // sums the kept weights above the higher draw per segment: the next round's, if both are
+    // rejected. Round 0 needs every item's mass (for M), later rounds only the items above a
+    // draw, and a segment whose maximum is not above the lower draw holds none.
+    const uint32_t ka = order_key(yt[0]), kb = order_key(yt[1]);
+    const uint32_t k_lo = min(ka, kb), k_hi = max(ka, kb);
+    auto above_hi = [&](float y) {
+      return order_key(y) > k_hi && (!min_p || min_p_keeps<kLogits>(y, row_max, rc.min_p, log_min_p));
+    };
     auto wanted = [&](int seg) {
       const float m = sh.seg_max[seg];
-      return positive(m) && (round == 0 || order_key(m) > kt);
+      return positive(m) && (round == 0 || order_key(m) > k_lo);
     };
-    // Round 0 needs every item's mass (for M); later rounds and the weights need only the
-    // items above the draw, and a segment whose maximum is not above it holds none.
-    uint64_t all = 0, above = 0;
+    Masses mine{0, {0, 0}};
     for_segments(xr, v, q_begin, q_end, nseg, aligned, scale, wanted,
                  [&](int seg, const float (&y)[4], int present) {
 #pragma unroll
                    for (int h = 0; h < 4; ++h) {
-                     const bool up = order_key(y[h]) > kt;
-                     if (h >= present || !positive(y[h]) || !(round == 0 || up)) continue;
+                     const uint32_t k = order_key(y[h]);
+                     if (h >= present || !positive(y[h]) || !(round == 0 || k > k_lo)) continue;
                      const uint64_t mass = quantize_mass(mass_of<kLogits>(y[h], row_max), bits);
-                     all += mass;
-                     above += up ? mass : 0;
+                     mine.all += mass;
+                     mine.above[0] += k > ka ? mass : 0;
+                     mine.above[1] += k > kb ? mass : 0;
                    }
                    double sum = 0.0;
-                   if (order_key(sh.seg_max[seg]) > kt) {  // the same for the whole warp
+                   if (order_key(sh.seg_max[seg]) > k_hi) {  // the same for the whole warp
                      float w[4];
                      weights_of<kLogits>(y, present, sh.seg_max[seg], w);
 #pragma unroll
-                     for (int h = 0; h < 4; ++h) w[h] = above_kt(y[h]) ? w[h] : 0.0f;
+                     for (int h = 0; h < 4; ++h) w[h] = above_hi(y[h]) ? w[h] : 0.0f;
                      sum = warp_sum(lane_sum(w));
                    }
                    if (lane == 0) sh.seg_sum[seg] = sum;
                  });
-    const uint64_t cta_all = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(all);
-    __syncthreads();
-    const uint64_t cta_above = cub::BlockReduce<uint64_t, kPlainThreads>(sh.mass_reduce).Sum(above);
-    if (threadIdx.x == 0) sh.cta_mass = cta_all, sh.cta_above = cta_above;
-    cluster.sync();
-    uint64_t row_mass = 0, row_above = 0;
-    for (unsigned r = 0; r < cs; ++r) {
-      const PlainShared* o = cluster.map_shared_rank(&sh, r);
-      row_mass += o->cta_mass, row_above += o->cta_above;
+    for (int j = threadIdx.x; j < nseg; j += kPlainThreads) {
+      if (!wanted(j)) sh.seg_sum[j] = 0.0;  // no item above the draws
     }
+    const Masses cta = cub::BlockReduce<Masses, kPlainThreads>(sh.mass_reduce).Reduce(mine, SumMasses());
+    if (threadIdx.x == 0) sh.cta_masses = cta;
+    cluster.sync();
+    Masses row{0, {0, 0}};
+    for (unsigned r = 0; r < cs; ++r) row = SumMasses()(row, cluster.map_shared_rank(&sh, r)->cta_masses);
     cluster.sync();  // every CTA done reading before the next round rewrites
-    if (round == 0) target = top_p_target(rc.top_p, row_mass);
-    if (row_above < target) {  // in the top-p set
-      if (sh.pick >= 0 && threadIdx.x == 0) {
-        *token = t;
-        if (logprob) *logprob = static_cast<float>((kLogits ? yt : log(yt)) - log_norm);
+    if (round == 0) target = top_p_target(rc.top_p, row.all);
+    const int in = row.above[0] < target ? 0 : row.above[1] < target ? 1 : -1;  // the first proposal in the set
+    if (in >= 0) {
+      if (sh.pick[in] >= 0 && threadIdx.x == 0) {
+        *token = t[in];
+        if (logprob) *logprob = static_cast<float>((kLogits ? yt[in] : log(yt[in])) - log_norm);
       }
       return;
     }
-    pivot = kt, pivoted = true;
+    pivot = k_hi, pivoted = true;
   }
 }
 
