@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim[0], &sh.claim_lo[0]);
     int64_t item;
     float y;
-    if (warp == 0 && walk_to_point<scalar_t, kLogits>(sh, seg, sh.claim_lo[0], point, xr, v, q_begin, q_end, aligned, scale, row_max,
-                                                      kept, item, y)) {
+    if (warp == 0 && walk_to_point<scalar_t, kLogits>(sh, seg, sh.claim_lo[0], point, xr, v, q_begin, q_end, aligned,
+                                                      scale, row_max, kept, item, y)) {
       tokens[row * samples + s] = item;
       if (logprobs) logprobs[row * samples + s] = static_cast<float>((kLogits ? y : log(y)) - log_norm);
     }

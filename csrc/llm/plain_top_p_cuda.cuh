@@ -63,7 +63,8 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
     const uint64_t block = offset / 4 + (static_cast<uint64_t>(round / quads) << 32);
     const uint4 w4 = philox_block_at(key, block, subsequence(tag, quads, 4 * (round % quads)));
     const double top = nextafter(grand, 0.0);
-    const double point[2] = {min(uniform53(w4) * grand, top), min(uniform53(make_uint4(w4.z, w4.w, 0, 0)) * grand, top)};
+    const double point[2] = {min(uniform53(w4) * grand, top),
+                             min(uniform53(make_uint4(w4.z, w4.w, 0, 0)) * grand, top)};
     if (threadIdx.x < 2) sh.pick[threadIdx.x] = -1;
     __syncthreads();
     int seg[2];
