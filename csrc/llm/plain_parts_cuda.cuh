@@ -87,8 +87,8 @@ struct MaxOf {
 // kept weights: the lane that holds it returns true, with the item and its value.
 template <typename scalar_t, bool kLogits, typename Kept>
 __device__ inline bool walk_to_point(const PlainShared& sh, int seg, double lo, double point, const scalar_t* xr,
-                                     int64_t v, int64_t q_begin, int64_t q_end, bool aligned, float scale, float row_max,
-                                     Kept kept, int64_t& item, float& value) {
+                                     int64_t v, int64_t q_begin, int64_t q_end, bool aligned, float scale,
+                                     float row_max, Kept kept, int64_t& item, float& value) {
   const int lane = threadIdx.x % 32;
   const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
   float y[4], w[4];
