@@ -63,25 +63,36 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const bool filtering = min_p || top_k;
   const bool raw_all = filtering && logprobs != nullptr && logprob_mode == kRaw;
 
-  // 1. stream
+  // 1. stream, a warp's batch of segments reduced together (lane l ends with segment l / 8's)
   int bad = 0;
-  for_segments(xr, v, q_begin, q_end, nseg, aligned, scale, [](int) { return true; },
-               [&](int seg, const float (&y)[4], int present) {
-                 float m = -INFINITY;
+  const bool need_max = kLogits || min_p || top_k || top_p_alone;  // probabilities: only thresholds need it
+  for (int seg0 = warp; seg0 < nseg; seg0 += kPlainWarps * kSegsInFlight) {
+    float y[kSegsInFlight][4], m[kSegsInFlight];
+    int present[kSegsInFlight];
+    load_segments(xr, v, q_begin, q_end, nseg, aligned, scale, seg0, [](int) { return true; }, y, present);
 #pragma unroll
-                 for (int h = 0; h < 4; ++h) {
-                   if (h < present) {
-                     bad |= bad_value<kLogits>(y[h]);
-                     m = fmaxf(m, y[h]);
-                   }
-                 }
-                 // probabilities: only thresholds need the maximum
-                 m = kLogits || min_p || top_k || top_p_alone ? warp_max(m) : 0.0f;
-                 float w[4];
-                 weights_of<kLogits>(y, present, m, w);
-                 const double s = warp_sum(lane_sum(w));
-                 if (lane == 0) sh.seg_max[seg] = m, sh.seg_sum[seg] = s;
-               });
+    for (int u = 0; u < kSegsInFlight; ++u) {
+      m[u] = -INFINITY;
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        if (h < present[u]) {
+          bad |= bad_value<kLogits>(y[u][h]);
+          m[u] = fmaxf(m[u], y[u][h]);
+        }
+      }
+    }
+    const float seg_m = need_max ? warp_reduce_four(m, MaxOf()) : 0.0f;
+    double s[kSegsInFlight];
+#pragma unroll
+    for (int u = 0; u < kSegsInFlight; ++u) {
+      float w[4];
+      weights_of<kLogits>(y[u], present[u], need_max ? __shfl_sync(0xffffffffu, seg_m, 8 * u) : 0.0f, w);
+      s[u] = lane_sum(w);
+    }
+    const double seg_s = warp_reduce_four(s, Plus());
+    const int seg = seg0 + lane / 8 * kPlainWarps;
+    if (lane % 8 == 0 && seg < nseg) sh.seg_max[seg] = seg_m, sh.seg_sum[seg] = seg_s;
+  }
   __syncthreads();
 
   // 2. the row's maximum and the threshold; 3. the re-sums, S_j and their scan

@@ -23,6 +23,7 @@ constexpr int kMaxSegments = kPlainThreads * kSegsPerThread;
 constexpr int64_t kMaxItems = kMaxSegments * kSegment;  // a CTA's share: 262,144 items
 static_assert(kMaxItems == kPlainMaxItems, "route.h's plain share is the kernel's");
 constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
+static_assert(kSegsInFlight == 4, "the stream reduces a warp's batch with warp_reduce_four");
 constexpr int kCandidates = 2048;  // items a CTA's top-k list holds; past it, selects read the row
 
 // Top-p by rejection's integer masses: the row's, and those above each of two proposals.
@@ -82,6 +83,9 @@ __device__ inline void weights_of(const float (&y)[4], int present, float m, flo
 struct MaxOf {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
+struct Plus {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
 
 // A warp's walk of segment `seg` (claimed, starting at `lo`) to the item at `point` over the
 // kept weights: the lane that holds it returns true, with the item and its value.
@@ -105,23 +109,33 @@ __device__ inline bool walk_to_point(const PlainShared& sh, int seg, double lo, 
   return true;
 }
 
+// A warp's batch of kSegsInFlight segments, seg0 + u * kPlainWarps (u < kSegsInFlight), loaded
+// before any is used (one load in flight a warp leaves most of the bandwidth unused): lane's
+// quads in y[u] and how many of their items exist (0 where `wanted` skips the segment).
+template <typename scalar_t, typename Wanted>
+__device__ inline void load_segments(const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end, int nseg,
+                                     bool aligned, float scale, int seg0, Wanted wanted,
+                                     float (&y)[kSegsInFlight][4], int (&present)[kSegsInFlight]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int u = 0; u < kSegsInFlight; ++u) {
+    const int seg = seg0 + u * kPlainWarps;
+    const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+    present[u] = seg < nseg && q < q_end && wanted(seg) ? load_four(xr, v, q, aligned, scale, y[u]) : 0;
+  }
+}
+
 // fn(seg, y, present) for each of the CTA's segments that `wanted` picks, a warp a segment,
-// each warp loading kSegsInFlight segments before it uses any (one load in flight a warp
-// leaves most of the bandwidth unused). `wanted` must be the same for the whole warp, so fn
-// may use warp collectives.
+// in batches (load_segments). `wanted` must be the same for the whole warp, so fn may use warp
+// collectives.
 template <typename scalar_t, typename Wanted, typename Fn>
 __device__ inline void for_segments(const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end, int nseg,
                                     bool aligned, float scale, Wanted wanted, Fn fn) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
   for (int seg0 = warp; seg0 < nseg; seg0 += kPlainWarps * kSegsInFlight) {
     float y[kSegsInFlight][4];
     int present[kSegsInFlight];
-#pragma unroll
-    for (int u = 0; u < kSegsInFlight; ++u) {
-      const int seg = seg0 + u * kPlainWarps;
-      const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
-      present[u] = seg < nseg && q < q_end && wanted(seg) ? load_four(xr, v, q, aligned, scale, y[u]) : 0;
-    }
+    load_segments(xr, v, q_begin, q_end, nseg, aligned, scale, seg0, wanted, y, present);
 #pragma unroll
     for (int u = 0; u < kSegsInFlight; ++u) {
       const int seg = seg0 + u * kPlainWarps;
