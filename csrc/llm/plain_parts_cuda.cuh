@@ -83,9 +83,6 @@ __device__ inline void weights_of(const float (&y)[4], int present, float m, flo
 struct MaxOf {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
-struct Plus {
-  __device__ double operator()(double a, double b) const { return a + b; }
-};
 
 // A warp's walk of segment `seg` (claimed, starting at `lo`) to the item at `point` over the
 // kept weights: the lane that holds it returns true, with the item and its value.

@@ -31,7 +31,7 @@ constexpr int kSpecThreads = 512;
 constexpr int kSpecWarps = kSpecThreads / 32;
 constexpr int kSegsPerThread = 4;  // a thread's segments in the scan (blocked)
 constexpr int kMaxSegments = kSpecThreads * kSegsPerThread;
-constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
+constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any (warp_reduce_four's)
 
 struct SpecShared {
   double seg_sum[kMaxSegments];
@@ -129,11 +129,8 @@ __global__ void __launch_bounds__(kSpecThreads, 2)
 #pragma unroll
         for (int u = 0; u < kSegsInFlight; ++u) s[u] += lane_sum(w[u]);
       }
-#pragma unroll
-      for (int u = 0; u < kSegsInFlight; ++u) {
-        const double total = warp_sum(s[u]);
-        if (lane == 0 && seg0 + u * kSpecWarps < nseg) sh.seg_sum[seg0 + u * kSpecWarps] = total;
-      }
+      const double total = warp_reduce_four(s, Plus());  // lane l: segment seg0 + l / 8 * kSpecWarps
+      if (lane % 8 == 0 && seg0 + lane / 8 * kSpecWarps < nseg) sh.seg_sum[seg0 + lane / 8 * kSpecWarps] = total;
     }
     __syncthreads();
 #pragma unroll
