@@ -1,0 +1,31 @@
+"""A few LLM-sampling cells of one build, for scripts/gpu_llm_ab.sh: ours eager and in a CUDA
+graph, and FlashInfer's matching kernel eager (when its headers are carried), ms per call.
+    python3 scripts/llm_ab.py LABEL"""
+import sys
+
+import torch
+
+import torch_wrs
+from torch_wrs import benchmark_llm as b
+
+CELLS = [(1, 32_000), (32, 32_000), (256, 32_000), (1, 128_256), (32, 128_256), (256, 128_256)]
+CONTROLS = ["none", "top-k 50", "top-p 0.9", "min-p 0.1"]
+
+
+def main(label):
+    fi = b.flashinfer()
+    gen = torch.Generator("cuda").manual_seed(0)
+    for rows, v in CELLS:
+        probs = torch.softmax(b._llm_logits(rows, v, torch.float32, gen), -1)
+        for name in CONTROLS:
+            kw = b._controls(name, rows, "cuda")
+            ours = lambda: torch_wrs.sample_probs(probs, **kw)  # noqa: E731
+            f = b._fi_call(fi, name, probs, kw)
+            eager, graph = b.timed(ours), b.graphed(ours)
+            fi_ms = b.timed(f) if f is not None else float("nan")
+            print(f"{label:10s} {rows:4d} x {v:7d} {name:10s} eager {eager:.4f} graph {graph:.4f} "
+                  f"FI {fi_ms:.4f} FI/ours {fi_ms / eager:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
