@@ -4,7 +4,7 @@
 
 Recorded runs: the sweeps' full reports (docs/multinomial_sweep_{h100,h200,cpu}.md,
 docs/multinomial_contended_cpu.md, written by `python -m torch_wrs.benchmark ... --out`),
-the LLM benchmark (docs/llm_bench_h100.md) and the other tables (docs/runs/*.md), each
+the LLM benchmark (docs/llm_bench_h200.md) and the other tables (docs/runs/*.md), each
 headed by its device, versions and date. Replace a run's file with a newer run's output,
 then run this script; the page holds current numbers only.
 """
@@ -159,8 +159,8 @@ def main():
     out += [f"- {line}" for line in summary_lines(text)]
     out += ["", "Every cell: [multinomial_contended_cpu.md](multinomial_contended_cpu.md).", ""]
 
-    text = titled("llm_bench_h100.md", "LLM sampling, NVIDIA H100")
-    controls, fi, th = llm_bars(text, os.path.join(DOCS, "_static/llm_h100.png"))
+    text = titled("llm_bench_h200.md", "LLM sampling, NVIDIA H200")
+    controls, fi, th = llm_bars(text, os.path.join(DOCS, "_static/llm_h200.png"))
     out += ["## LLM sampling against FlashInfer and a torch sort path", "",
             [line for line in text.split("\n") if line.startswith("LLM sampling on")][0], "",
             "`python -m torch_wrs.benchmark llm` (FlashInfer 0.7.2's header-only sampling kernels, "
@@ -168,8 +168,8 @@ def main():
             "256; vocabularies 32,000 and 128,256); below 1 we are slower.", "",
             "| control | against FlashInfer | against torch (sort) |", "| --- | ---: | ---: |"]
     out += [f"| {c} | {a:.2f}x | {b:.1f}x |" for c, a, b in zip(controls, fi, th)]
-    out += ["", "![speed-up against FlashInfer and torch](_static/llm_h100.png)", "",
-            "Every cell: [llm_bench_h100.md](llm_bench_h100.md).", ""]
+    out += ["", "![speed-up against FlashInfer and torch](_static/llm_h200.png)", "",
+            "Every cell: [llm_bench_h200.md](llm_bench_h200.md).", ""]
 
     for run in RUNS:
         text = read(os.path.join("runs", f"{run}.md"))
