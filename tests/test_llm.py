@@ -459,6 +459,30 @@ def test_top_p_alone_by_rejection_law(kw):
     assert g_test_pvalue(counts.cpu().double(), reference(x, **kw)) > P_MIN
 
 
+@pytest.mark.parametrize("logits", [False, True])
+@pytest.mark.parametrize("rows", [64, 512])
+def test_top_p_decided_at_the_boundary(device, logits, rows):
+    """Masses 4 : 3 : 2 : 1 at top-p 0.7: the mass above the third item is the target within
+    float rounding, so the CUDA rejection cannot decide it from its float64 bound on M and sums
+    the row's integer masses. Only the first two are kept, 4 : 3 (the law of reference())."""
+    v = 32_000
+    pos = torch.tensor([31_000, 17, 9_000, 20_003])
+    probs = torch.zeros(v)
+    probs[pos] = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    x = probs.log() if logits else probs
+    ref = reference(x, top_p=0.7, logits=logits)
+    assert (ref > 0).sum() == 2
+    xs = x.to(device).expand(rows, -1).contiguous()
+    sample = torch_wrs.sample_logits if logits else torch_wrs.sample_probs
+    gen = torch.Generator(device).manual_seed(57)
+    counts = torch.zeros(v, dtype=torch.long, device=device)
+    for _ in range(max(1, (2_000_000 if device.type == "cuda" else 4_000) // rows)):
+        counts += torch.bincount(sample(xs, generator=gen, top_p=0.7).view(-1), minlength=v)
+    counts = counts.cpu()
+    assert counts[ref == 0].sum() == 0
+    assert g_test_pvalue(counts[pos[:2]].double(), ref[pos[:2]]) > P_MIN
+
+
 @requires_cuda
 def test_top_p_alone_by_rejection_on_split_rows():
     """Rows of 131,072 items split over a cluster: every draw in the kept set of the sample
