@@ -2,7 +2,8 @@
 # On a GPU machine: the LLM cells of scripts/llm_ab.py for the tree as carried and for the
 # tree with each patch applied alone (rebuilt incrementally in place), alternated twice, so
 # that kernel changes compare in one call on one GPU. Logs to $OUT.
-# PASSES (default 2) sets the alternations; TEST=NAME then tests that build (gpu_llm.sh).
+# PASSES (default 2) sets the alternations; DISTS="heavy peaked" adds llm_ab.py's peaked rows;
+# TEST=NAME then tests that build (gpu_llm.sh).
 #   PASSES=1 TEST=b bash scripts/gpu_llm_ab.sh build/ab/a.patch build/ab/b.patch
 export SKIP_BUILD=1
 source "$(dirname "$0")/gpu_build.sh"
@@ -16,7 +17,9 @@ done
 for pass in $(seq "${PASSES:-2}"); do
   for n in base "$@"; do
     n=$(basename "$n" .patch); cp "$LOG/so/$n/"_C*.so torch_wrs/
-    PYTHONPATH=. timeout 150 python3 scripts/llm_ab.py "$n" 2>&1 | grep -v "^FlashInfer headers" >> "$LOG/ab.txt"
+    for dist in ${DISTS:-heavy}; do
+      DIST=$dist PYTHONPATH=. timeout 150 python3 scripts/llm_ab.py "$n" 2>&1 | grep -v "^FlashInfer headers" >> "$LOG/ab.txt"
+    done
   done
 done
 python3 - "$LOG/ab.txt" <<'PY'

@@ -1,6 +1,9 @@
 """A few LLM-sampling cells of one build, for scripts/gpu_llm_ab.sh: ours eager and in a CUDA
 graph, and FlashInfer's matching kernel eager (when its headers are carried), ms per call.
+Rows are the benchmark's (most of the mass in a heavy tail) or, with DIST=peaked, a few
+strong candidates over a light tail (top-1 probability about 0.1-0.5, the tail about 13%).
     python3 scripts/llm_ab.py LABEL"""
+import os
 import sys
 
 import torch
@@ -12,18 +15,26 @@ CELLS = [(1, 32_000), (32, 32_000), (256, 32_000), (1, 128_256), (32, 128_256), 
 CONTROLS = ["none", "top-k 50", "top-p 0.9", "min-p 0.1"]
 
 
+def peaked_logits(rows, v, gen):
+    x = torch.randn(rows, v, device="cuda", generator=gen)
+    x[:, :50] += 6 + torch.rand(rows, 50, device="cuda", generator=gen) * 6
+    return x[:, torch.randperm(v, device="cuda", generator=gen)]
+
+
 def main(label):
     fi = b.flashinfer()
     gen = torch.Generator("cuda").manual_seed(0)
+    peaked = os.environ.get("DIST") == "peaked"
     for rows, v in CELLS:
-        probs = torch.softmax(b._llm_logits(rows, v, torch.float32, gen), -1)
+        x = peaked_logits(rows, v, gen) if peaked else b._llm_logits(rows, v, torch.float32, gen)
+        probs = torch.softmax(x, -1)
         for name in CONTROLS:
             kw = b._controls(name, rows, "cuda")
             ours = lambda: torch_wrs.sample_probs(probs, **kw)  # noqa: E731
             f = b._fi_call(fi, name, probs, kw)
             eager, graph = b.timed(ours), b.graphed(ours)
             fi_ms = b.timed(f) if f is not None else float("nan")
-            print(f"{label:10s} {rows:4d} x {v:7d} {name:10s} eager {eager:.4f} graph {graph:.4f} "
+            print(f"{label:10s} {rows:4d} x {v:7d} {name + (' peaked' if peaked else ''):10s} eager {eager:.4f} graph {graph:.4f} "
                   f"FI {fi_ms:.4f} FI/ours {fi_ms / eager:.2f}", flush=True)
 
 
