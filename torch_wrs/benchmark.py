@@ -14,7 +14,7 @@
     python -m torch_wrs.benchmark contended-sweep --device cpu [--out FILE]
                                                  # multinomial vs torch on the CPU while busy
                                                  # loops hold every core
-    python -m torch_wrs.benchmark llm [--quick] [--out FILE]
+    python -m torch_wrs.benchmark llm [--quick] [--dtypes float32,bfloat16] [--out FILE]
                                                  # LLM sampling vs FlashInfer and a torch sort path
                                                  # (torch_wrs/benchmark_llm.py)
     torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed
@@ -792,6 +792,9 @@ def main():
                         help="`distributed`: the table no GPU holds alone, 2^H categories (default: the most "
                              "that the GPUs' free memory holds; 0: skip)")
     parser.add_argument("--quick", action="store_true", help="`llm`: a few rows and vocabularies only")
+    parser.add_argument("--dtypes", default="float32,bfloat16",
+                        help="`llm`: the grid's input dtypes (the float32 part also times from-logits, small calls "
+                             "and speculative acceptance), so that a GPU call can take part of the grid")
     args = parser.parse_args()
     cpu_tables = ("sweep", "gamma-sweep", "contended-sweep")
     if args.device == "cpu" and args.what not in cpu_tables:

@@ -181,7 +181,11 @@ def run(args):
              "| control | dtype | rows x vocab | ours | ours + log-probs | FlashInfer | torch (sort) | floor | "
              "x FlashInfer | x torch |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     results = []
-    for dtype in (torch.float32, torch.bfloat16):
+    names = args.dtypes.split(",")
+    if not set(names) <= {"float32", "bfloat16", "float16"}:
+        raise SystemExit(f"--dtypes: float32, bfloat16 or float16, comma-separated; got {args.dtypes!r}")
+    dtypes = [getattr(torch, name) for name in names]
+    for dtype in dtypes:
         for v in vocabs:
             for b in rows:
                 logits = _llm_logits(b, v, dtype, gen)
@@ -202,8 +206,9 @@ def run(args):
                     lines.append(f"| {name} | {r['dtype']} | {b:,} x {v:,} | {ours:.4f} | {ours_lp:.4f} | "
                                  f"{_fmt(fi_ms)} | {_fmt(tn)} | {floor:.4f} | {_ratio(fi_ms, ours)} | {_ratio(tn, ours)} |")
                     print(lines[-1], flush=True)
-    lines += ["", *_logits_table(fi, gen, rows, vocabs), "", *_latency_table(fi, gen), "", *_speculative_table(fi, gen), "",
-              *_summary(results)]
+    if torch.float32 in dtypes:
+        lines += ["", *_logits_table(fi, gen, rows, vocabs), "", *_latency_table(fi, gen), "", *_speculative_table(fi, gen)]
+    lines += ["", *_summary(results)]
     text = "\n".join(lines)
     print("\n".join(_summary(results)))
     if args.out:
