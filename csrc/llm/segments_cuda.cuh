@@ -47,12 +47,13 @@ __device__ inline float warp_max(float x) {
   return x;
 }
 
-// Four warp reductions at once: lane l returns op over the warp of a[l / 8]. Each step halves
-// the values a lane carries, so it costs 6 shuffles where four warp_sum calls cost 20; each
-// result is the same xor tree as warp_sum's, so bit for bit the same.
 struct Plus {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
+
+// Four warp reductions at once: lane l returns op over the warp of a[l / 8]. Each step halves
+// the values a lane carries, so it costs 6 shuffles where four warp_sum calls cost 20; each
+// result is the same xor tree as warp_sum's, so bit for bit the same.
 template <typename T, typename Op>
 __device__ inline T warp_reduce_four(const T (&a)[4], Op op) {
   const int lane = threadIdx.x % 32;
