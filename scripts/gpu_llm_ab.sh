@@ -3,7 +3,7 @@
 # tree with each patch applied alone (rebuilt incrementally in place), alternated twice, so
 # that kernel changes compare in one call on one GPU. Logs to $OUT.
 # PASSES (default 2) sets the alternations; DISTS="heavy peaked" adds llm_ab.py's peaked rows;
-# TEST=NAME then tests that build (gpu_llm.sh); CONTROLS="none,top-p 0.9" limits the controls timed.
+# TEST=NAME then tests that build (gpu_llm.sh); CONTROLS="none,top-p 0.9" limits the controls timed, CELLS="128x128256" the shapes.
 #   PASSES=1 TEST=b bash scripts/gpu_llm_ab.sh build/ab/a.patch build/ab/b.patch
 export SKIP_BUILD=1
 source "$(dirname "$0")/gpu_build.sh"

@@ -2,7 +2,7 @@
 graph, and FlashInfer's matching kernel eager (when its headers are carried), ms per call.
 Rows are the benchmark's (most of the mass in a heavy tail) or, with DIST=peaked, a few
 strong candidates over a light tail (top-1 probability about 0.1-0.5, the tail about 13%).
-CONTROLS="none,top-p 0.9" times only those controls.
+CONTROLS="none,top-p 0.9" times only those controls; CELLS="128x128256,64x32000" other shapes.
     python3 scripts/llm_ab.py LABEL"""
 import os
 import sys
@@ -12,7 +12,8 @@ import torch
 import torch_wrs
 from torch_wrs import benchmark_llm as b
 
-CELLS = [(1, 32_000), (32, 32_000), (256, 32_000), (1, 128_256), (32, 128_256), (256, 128_256)]
+CELLS = [tuple(map(int, c.split("x"))) for c in
+         os.environ.get("CELLS", "1x32000,32x32000,256x32000,1x128256,32x128256,256x128256").split(",")]
 CONTROLS = os.environ.get("CONTROLS", "none,top-k 50,top-p 0.9,min-p 0.1").split(",")
 
 
