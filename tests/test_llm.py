@@ -523,10 +523,8 @@ def test_plain_cuda_kernel_law_on_rows_past_the_resident_size():
     (dict(rows=1, v=32_000), "plain cluster=4"),  # few rows: a row split over CTAs of 8,000 items
     (dict(rows=1, v=128_256), "plain cluster=8"),
     (dict(rows=256, v=32_000), "plain cluster=1"),  # as many rows as SMs: a CTA a row
-    (dict(rows=64, v=128_256), "plain cluster=4"),  # rows x CTAs up to two CTAs an SM
-    (dict(rows=128, v=128_256), "plain cluster=2"),
-    (dict(rows=64, v=128_256, sms=264), "plain cluster=8"),
-    (dict(rows=64, v=1_000_000, temperature=0.0), "sample cluster=2"),  # the sample kernel: one CTA an SM
+    (dict(rows=64, v=128_256), "plain cluster=2"),  # rows x CTAs up to the SMs
+    (dict(rows=64, v=128_256, sms=264), "plain cluster=4"),
     (dict(rows=1, v=200_003, min_p=0.1), "plain cluster=8"),
     (dict(rows=1, v=3_000_000), "sample cluster=8"),  # past a cluster's plain share (8 x 262,144)
     (dict(rows=1, v=32_000, top_k=50), "plain-thresholds cluster=4"),

@@ -30,7 +30,7 @@ namespace wrs::llm {
 namespace {
 
 template <typename scalar_t, bool kLogits, bool kTopK>
-__global__ void __launch_bounds__(kPlainThreads, kPlainCtasPerSm)  // two CTAs an SM: more loads in flight
+__global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
     plain_kernel(const scalar_t* x, int64_t v, int64_t samples, Controls controls, at::PhiloxCudaState philox,
                  int64_t logprob_mode, int64_t* tokens, float* logprobs, uint8_t* deferred) {
   extern __shared__ __align__(16) unsigned char smem[];  // top-k: over the 48 KB of static shared memory

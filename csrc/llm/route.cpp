@@ -23,7 +23,7 @@ Route route(const Call& call, int64_t sms) {
     const bool top_p_alone_unfit = !top_k && c.top_p_value < 1.0f && (call.samples != 1 || call.logprobs == kProcessed);
     plain = !greedy_or_invalid && !long_top_k && !top_p_alone_unfit;
   }
-  const int cluster = cluster_size(call.rows, call.v, false, sms, kPlainCtasPerSm);
+  const int cluster = cluster_size(call.rows, call.v, false, sms);
   if (!plain || share_items(call.v, cluster) > kPlainMaxItems) return sample_route(call, sms);
   const bool thresholds = top_k || c.top_p || c.top_p_value < 1.0f;  // the variant that also draws top-p alone
   return {thresholds ? Kernel::kPlainThresholds : Kernel::kPlain, cluster, false, per_row};

@@ -8,10 +8,10 @@
 //     With per-row control tensors the plain kernel decides each row on the device and
 //     defers the rows it cannot serve to a second launch of the sample kernel.
 //   - cluster: how many CTAs share a row. Resident rows stay in the cluster's shared memory
-//     (kResident items a CTA, up to 8 CTAs: 262,144 items); a call whose rows leave CTA slots
-//     free (the GPU's SMs times the CTAs of the kernel an SM runs at once) splits each row
-//     further, up to 8 CTAs, keeping at least kItemsPerCta items in each so the cluster's
-//     combining steps stay small beside the reads (docs/llm.md, "Cluster size").
+//     (kResident items a CTA, up to 8 CTAs: 262,144 items); a call with fewer rows than the
+//     GPU has SMs splits each row further, up to 8 CTAs, keeping at least kItemsPerCta items
+//     in each so the cluster's combining steps stay small beside the reads (docs/llm.md,
+//     "Cluster size").
 #include "llm/llm_ops.h"
 
 #include <c10/macros/Macros.h>
@@ -25,7 +25,6 @@ constexpr int64_t kItemsPerCta = 4096;
 constexpr int kMaxCluster = 8;
 constexpr int64_t kPlainMaxTopK = 1024;      // larger k: longer lists; the sample kernel takes them
 constexpr int64_t kPlainMaxItems = 262'144;  // a plain CTA's share: its segment sums in shared memory
-constexpr int kPlainCtasPerSm = 2;  // the plain kernel's __launch_bounds__: CTAs an SM runs at once
 
 // Quads of each CTA's share when a row of v items is split over c CTAs: whole segments of
 // kSegment items, so the segments (and the draw) do not depend on the split.
@@ -38,12 +37,11 @@ inline int64_t share_items(int64_t v, int c) { return 4 * share_quads(v, c); }
 
 inline bool fits_resident(int64_t v) { return share_items(v, kMaxCluster) <= kResident; }
 
-// CTAs a row on a GPU of `sms` multiprocessors, each running `per_sm` of the kernel's CTAs at
-// once: rows x CTAs fill at most one wave.
-inline int cluster_size(int64_t rows, int64_t v, bool resident, int64_t sms, int per_sm = 1) {
+// CTAs a row on a GPU of `sms` multiprocessors.
+inline int cluster_size(int64_t rows, int64_t v, bool resident, int64_t sms) {
   int c = 1;
   while (resident && share_items(v, c) > kResident) c *= 2;
-  while (c < kMaxCluster && rows * c * 2 <= sms * per_sm && v >= kItemsPerCta * c * 2) c *= 2;
+  while (c < kMaxCluster && rows * c * 2 <= sms && v >= kItemsPerCta * c * 2) c *= 2;
   return c;
 }
 
