@@ -552,3 +552,25 @@ def test_cuda_route_arguments():
         torch.ops.wrs._llm_route(1, 100, per_row="top_q")
     with pytest.raises(RuntimeError, match="must be positive"):
         torch.ops.wrs._llm_route(0, 100)
+
+
+def test_benchmark_merge_joins_dtype_reports(tmp_path):
+    """`python -m torch_wrs.benchmark llm --merge`: one table of both calls' rows, the float32
+    call's other tables, and a summary whose ratios come from the times of every row."""
+    from torch_wrs import benchmark_llm
+
+    head = ["LLM sampling on X", "", "| control | dtype | rows x vocab | ours | ours + log-probs | FlashInfer | "
+            "torch (sort) | floor | x FlashInfer | x torch |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    f32 = head + ["| none | float32 | 1 x 32,000 | 0.0100 | 0.0110 | 0.0080 | 0.1000 | 0.0000 | 0.80x | 10.00x |",
+                  "| none | float32 | 4 x 32,000 | 0.0100 | 0.0100 | 0.0300 | 0.3000 | 0.0000 | 3.00x | 30.00x |",
+                  "", "From logits: ms per call", "", "| a |", "|---|", "| 1 |", "",
+                  "Against FlashInfer (float32), old summary", "- none: stale"]
+    bf16 = head + ["| none | bfloat16 | 1 x 32,000 | 0.0200 | 0.0200 |  | 0.4000 | 0.0000 |  | 20.00x |"]
+    (tmp_path / "a.md").write_text("\n".join(f32) + "\n")
+    (tmp_path / "b.md").write_text("\n".join(bf16) + "\n")
+    benchmark_llm.merge([str(tmp_path / "b.md"), str(tmp_path / "a.md")], str(tmp_path / "c.md"))
+    text = (tmp_path / "c.md").read_text()
+    assert text.count("| none | ") == 3 and "From logits: ms per call" in text and "stale" not in text
+    assert ("- none: median 1.90x, min 0.80x; slower in 1 of 2: 1x32000; "
+            "vs torch sort path: median 20.0x, min 10.0x") in text
+    assert "- log-probs cost: median 1.000x, max 1.100x of the plain call" in text

@@ -16,7 +16,8 @@
                                                  # loops hold every core
     python -m torch_wrs.benchmark llm [--quick] [--dtypes float32,bfloat16] [--out FILE]
                                                  # LLM sampling vs FlashInfer and a torch sort path
-                                                 # (torch_wrs/benchmark_llm.py)
+                                                 # (torch_wrs/benchmark_llm.py); --merge A.md B.md
+                                                 # --out FILE joins the reports of --dtypes calls
     torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed
                                                  # ShardedAliasTable over NCCL vs one GPU
                                                  # (torch_wrs/benchmark_distributed.py)
@@ -795,7 +796,15 @@ def main():
     parser.add_argument("--dtypes", default="float32,bfloat16",
                         help="`llm`: the grid's input dtypes (the float32 part also times from-logits, small calls "
                              "and speculative acceptance), so that a GPU call can take part of the grid")
+    parser.add_argument("--merge", nargs="+", default=[], metavar="REPORT",
+                        help="`llm`: join the reports of several --dtypes calls into --out (no GPU needed)")
     args = parser.parse_args()
+    if args.merge:
+        if args.what != "llm" or not args.out:
+            raise SystemExit("--merge joins `llm` reports and needs --out")
+        from .benchmark_llm import merge
+
+        return merge(args.merge, args.out)
     cpu_tables = ("sweep", "gamma-sweep", "contended-sweep")
     if args.device == "cpu" and args.what not in cpu_tables:
         raise SystemExit(f"torch_wrs.benchmark {args.what} runs on CUDA only; on the CPU: "

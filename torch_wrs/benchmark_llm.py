@@ -251,23 +251,55 @@ def _speculative_table(fi, gen):
 
 
 def _summary(results):
-    lines = ["Against FlashInfer (float32), per control: median and minimum of FlashInfer / ours, cells where "
-             "we lose:", ""]
+    lines = ["Per control: FlashInfer / ours (float32; median, minimum and the cells where we lose), "
+             "then the torch sort path / ours (every dtype; median, minimum):", ""]
     for name in CONTROLS:
+        parts = []
         rs = [r["fi"] / r["ours"] for r in results if r["control"] == name and r["fi"]]
         if rs:
             lose = [f"{r['b']}x{r['v']}" for r in results if r["control"] == name and r["fi"] and r["fi"] < r["ours"]]
-            lines.append(f"- {name}: median {statistics.median(rs):.2f}x, min {min(rs):.2f}x; slower in "
-                         f"{len(lose)} of {len(rs)}: {', '.join(lose) or 'none'}")
+            parts.append(f"median {statistics.median(rs):.2f}x, min {min(rs):.2f}x; slower in {len(lose)} of "
+                         f"{len(rs)}: {', '.join(lose) or 'none'}")
         tn = [r["torch"] / r["ours"] for r in results if r["control"] == name and r["torch"]]
         if tn:
-            lines.append(f"  vs torch sort path: median {statistics.median(tn):.1f}x, min {min(tn):.1f}x")
+            parts.append(f"vs torch sort path: median {statistics.median(tn):.1f}x, min {min(tn):.1f}x")
+        if parts:
+            lines.append(f"- {name}: " + "; ".join(parts))
     lp = [r["ours_lp"] / r["ours"] for r in results]
     lines.append(f"- log-probs cost: median {statistics.median(lp):.3f}x, max {max(lp):.3f}x of the plain call")
     plain = {(r["dtype"], r["b"], r["v"]): r["ours"] for r in results if r["control"] == "none"}
     ctl = [r["ours"] / plain[(r["dtype"], r["b"], r["v"])] for r in results if r["control"] != "none"]
-    lines.append(f"- a control over our plain sampling: median {statistics.median(ctl):.2f}x, max {max(ctl):.2f}x")
+    if ctl:
+        lines.append(f"- a control over our plain sampling: median {statistics.median(ctl):.2f}x, max {max(ctl):.2f}x")
     return lines
+
+
+def merge(paths, out):
+    """One report from the reports of several ``--dtypes`` calls (``--merge A.md B.md --out
+    C.md``, no GPU needed): the grid's rows of each in one table, the float32 report's other
+    tables, and the summary over every row."""
+    texts = [open(path).read().split("\n") for path in paths]
+    head, rows, rest, results = [], [], [], []
+    for lines in texts:
+        start = next(i for i, line in enumerate(lines) if line.startswith("| control | dtype |"))
+        end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+        body = lines[start + 2:end]
+        rows += body
+        for line in body:
+            c = [x.strip() for x in line.strip("|").split("|")]
+            b, v = (int(x.replace(",", "")) for x in c[2].split(" x "))
+            num = lambda x: float(x) if x else None  # noqa: E731
+            results.append(dict(control=c[0], dtype=c[1], b=b, v=v, ours=float(c[3]), ours_lp=float(c[4]),
+                                fi=num(c[5]), torch=num(c[6])))
+        if not head or any("| float32 |" in line for line in body):
+            head = lines[:start + 2]
+            summary = next((i for i in range(end, len(lines)) if lines[i].startswith(("Against FlashInfer", "Per control"))),
+                           len(lines))
+            rest = lines[end:summary]
+    text = "\n".join(head + rows + rest + _summary(results))
+    with open(out, "w") as fh:
+        fh.write(text + "\n")
+    print("\n".join(_summary(results)))
 
 
 def _fmt(x):
