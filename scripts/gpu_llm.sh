@@ -3,7 +3,8 @@
 # error, edge and small-law tests), then (with `bench` or `bench-quick`) the llm benchmark
 # against FlashInfer (carry .flashinfer, see torch_wrs/benchmark_llm.py). Logs to $OUT.
 #   bash scripts/gpu_llm.sh [bench|bench-quick|bench-float32|bench-bfloat16|speculative]
-# The full grid in two calls: bench-float32, then SKIP_TESTS=1 ... bench-bfloat16.
+# The full grid in two calls: bench-float32, then SKIP_TESTS=1 ... bench-bfloat16; then
+# python -m torch_wrs.benchmark llm --merge f32.md bf16.md --out docs/llm_bench_h200.md.
 source "$(dirname "$0")/gpu_build.sh"
 SKIP_TESTS=${SKIP_TESTS:-0}
 [ "${SKIP_TESTS:-0}" = 1 ] || timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/test_speculative.py tests/test_sample_logits.py -k "cuda or gpu" 2>&1 | tee "$LOG/llm_tests.log" | tail -15
