@@ -278,9 +278,13 @@ def merge(paths, out):
     """One report from the reports of several ``--dtypes`` calls (``--merge A.md B.md --out
     C.md``, no GPU needed): the grid's rows of each in one table, the float32 report's other
     tables, and the summary over every row."""
-    texts = [open(path).read().split("\n") for path in paths]
+    def num(cell):
+        return float(cell) if cell else None
+
     head, rows, rest, results = [], [], [], []
-    for lines in texts:
+    for path in paths:
+        with open(path) as fh:
+            lines = fh.read().split("\n")
         start = next(i for i, line in enumerate(lines) if line.startswith("| control | dtype |"))
         end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
         body = lines[start + 2:end]
@@ -288,7 +292,6 @@ def merge(paths, out):
         for line in body:
             c = [x.strip() for x in line.strip("|").split("|")]
             b, v = (int(x.replace(",", "")) for x in c[2].split(" x "))
-            num = lambda x: float(x) if x else None  # noqa: E731
             results.append(dict(control=c[0], dtype=c[1], b=b, v=v, ours=float(c[3]), ours_lp=float(c[4]),
                                 fi=num(c[5]), torch=num(c[6])))
         if not head or any("| float32 |" in line for line in body):
