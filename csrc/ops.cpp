@@ -14,6 +14,12 @@ TORCH_LIBRARY(wrs, m) {
   m.def("alias_sample(Tensor table, SymInt num_samples, *, bool ordered=True, str method=\"auto\", "
         "ScalarType? dtype=None, Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
+  // Independent multisets from buckets [begin, end) of one 1-D table in one pass (end -1:
+  // the last bucket): segment a of the output holds counts[a] draws, grouped by section,
+  // from the law of those buckets: a uniform bucket, then its coin (w / W over the whole table).
+  m.def("_alias_sample_segments(Tensor table, int[] counts, int begin=0, int end=-1, *, ScalarType? dtype=None, "
+        "Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
 
   // torch.multinomial's contract (1-D or 2-D input, int64 [..., num_samples]) without its
   // 2^24-category limit; float64 sums.

@@ -44,6 +44,12 @@ def _alias_sample_fake(table, num_samples, *, ordered=True, method="auto", dtype
     return table.new_empty((*table.shape[:-1], num_samples), dtype=torch.int64 if dtype is None else dtype)
 
 
+@torch.library.register_fake("wrs::_alias_sample_segments")
+def _alias_sample_segments_fake(table, counts, begin=0, end=-1, *, dtype=None, generator=None):
+    torch._check(table.dim() == 1, lambda: "_alias_sample_segments: table must be a 1-D int64 table")
+    return table.new_empty((sum(counts),), dtype=torch.int64 if dtype is None else dtype)
+
+
 @torch.library.register_fake("wrs::multinomial")
 def _multinomial_fake(input, num_samples, replacement=False, *, generator=None):
     torch._check(input.dim() in (1, 2), lambda: "prob_dist must be 1 or 2 dim")

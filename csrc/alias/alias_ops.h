@@ -55,6 +55,46 @@ inline SampleMethod sample_method(bool ordered, c10::string_view method, int64_t
   return method == "cached" ? SampleMethod::kCached : SampleMethod::kShared;
 }
 
+// _alias_sample_segments: independent multisets drawn from one run of buckets of one
+// table, counts[a] draws in segment a (sections.h: each segment has its own binomial
+// tree over the run's sections, tree row a). At most kMaxSegments segments, so their
+// starts travel by value to the kernels.
+constexpr int kMaxSegments = 256;
+struct SegmentStarts {
+  int64_t at[kMaxSegments + 1];  // segment a is [at[a], at[a + 1]) of the output
+};
+
+struct SegmentPlan {
+  SegmentStarts starts;
+  int segments;
+  int64_t begin, end;  // the buckets drawn from
+  int64_t total;       // draws in all
+};
+
+inline SegmentPlan segment_plan(const at::Tensor& table, at::IntArrayRef counts, int64_t begin, int64_t end) {
+  constexpr const char* op = "_alias_sample_segments";
+  TORCH_CHECK(table.scalar_type() == at::kLong && table.dim() == 1, op,
+              ": table must be a 1-D int64 table made by alias_table, got ", table.sizes(), " ", table.scalar_type());
+  TORCH_CHECK(table.numel() <= kMaxCategories, op, ": table has ", table.numel(), " buckets; alias_table makes at most 2^31");
+  TORCH_CHECK(!counts.empty() && counts.size() <= static_cast<size_t>(kMaxSegments), op, ": counts must hold 1 to ",
+              kMaxSegments, " segments, got ", counts.size());
+  const int64_t n = table.numel();
+  end = end < 0 ? n : end;
+  TORCH_CHECK(begin >= 0 && begin <= end && end <= n, op, ": begin and end must satisfy 0 <= begin <= end <= ", n,
+              ", got ", begin, " and ", end);
+  SegmentPlan plan{};
+  plan.segments = static_cast<int>(counts.size());
+  plan.begin = begin;
+  plan.end = end;
+  for (int a = 0; a < plan.segments; ++a) {
+    TORCH_CHECK(counts[a] >= 0, op, ": counts must be non-negative, got ", counts[a], " for segment ", a);
+    plan.starts.at[a + 1] = plan.starts.at[a] + counts[a];
+  }
+  plan.total = plan.starts.at[plan.segments];
+  TORCH_CHECK(plan.total == 0 || end > begin, op, ": counts ask for ", plan.total, " draws from no buckets");
+  return plan;
+}
+
 inline std::vector<int64_t> sample_shape(const at::Tensor& table, int64_t num_samples) {
   auto shape = table.sizes().vec();
   shape.back() = num_samples;

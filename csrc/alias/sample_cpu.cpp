@@ -90,8 +90,52 @@ at::Tensor alias_sample_cpu(const at::Tensor& table_in, int64_t num_samples, boo
   return out;
 }
 
+// Segments (alias_ops.h): a task per (section, part) draws every segment's share of its
+// section, each segment's spans from its own tree (row a), as on the GPU.
+template <typename out_t>
+void sample_segments(const int64_t* table, int64_t n, const SegmentPlan& plan, const PhiloxSeed& seed, out_t* out) {
+  const SectionGrid grid = section_grid(SampleMethod::kShared, plan.end - plan.begin, plan.total);
+  const int64_t parts = parts_per_section(grid);
+  const PhiloxStreams streams{seed};
+  wrs::parallel_for(0, grid.sections * parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t part = task % parts;
+      const int64_t section = task / parts;
+      const int64_t first = plan.begin + section * grid.section_buckets;
+      const int64_t len = std::min(grid.section_buckets, plan.end - first);
+      for (int a = 0; a < plan.segments; ++a) {
+        SectionGrid mine = grid;
+        mine.num_samples = plan.starts.at[a + 1] - plan.starts.at[a];
+        const SectionSpan span = section_span(mine, a, section, streams);
+        const int64_t e0 = plan.starts.at[a] + span.offset;
+        draw_run(table + first, len, first, n, e0 + part_begin(span.count, part, parts),
+                 e0 + part_begin(span.count, part + 1, parts), seed, out);
+      }
+    }
+  });
+}
+
+at::Tensor alias_sample_segments_cpu(const at::Tensor& table_in, at::IntArrayRef counts, int64_t begin, int64_t end,
+                                     std::optional<at::ScalarType> dtype, std::optional<at::Generator> generator) {
+  const SegmentPlan plan = segment_plan(table_in, counts, begin, end);
+  const at::ScalarType out_type = sample_dtype(dtype);
+  const at::Tensor table = table_in.contiguous();
+  at::Tensor out = at::empty({plan.total}, table.options().dtype(out_type));
+  if (plan.total == 0) return out;
+  const PhiloxSeed seed = cpu_philox_seed(generator);
+  if (out_type == at::kLong) {
+    sample_segments(table.const_data_ptr<int64_t>(), table.numel(), plan, seed, out.mutable_data_ptr<int64_t>());
+  } else {
+    sample_segments(table.const_data_ptr<int64_t>(), table.numel(), plan, seed, out.mutable_data_ptr<int32_t>());
+  }
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(wrs, CPU, m) { m.impl("alias_sample", &alias_sample_cpu); }
+TORCH_LIBRARY_IMPL(wrs, CPU, m) {
+  m.impl("alias_sample", &alias_sample_cpu);
+  m.impl("_alias_sample_segments", &alias_sample_segments_cpu);
+}
 
 }  // namespace wrs::alias

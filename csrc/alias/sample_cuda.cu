@@ -100,6 +100,43 @@ constexpr int kCachedThreads = 1024;  // one block per SM
 constexpr int kCachedReservedBytes = 64 * 1024;
 constexpr int kCachedCarveoutPercent = 40;  // ~91 KB shared, the rest of the 256 KB is L1
 
+// Copies a section of `len` buckets to shared memory (16-byte loads where aligned).
+__device__ inline void stage_section(const int64_t* section, int64_t len, int64_t* staged) {
+  if (reinterpret_cast<uintptr_t>(section) % 16 == 0) {
+    for (int64_t i = threadIdx.x; i < len / 2; i += blockDim.x) {
+      reinterpret_cast<longlong2*>(staged)[i] = reinterpret_cast<const longlong2*>(section)[i];
+    }
+    if (threadIdx.x == 0 && len % 2) staged[len - 1] = section[len - 1];
+  } else {
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) staged[i] = section[i];
+  }
+  __syncthreads();
+}
+
+// Draws e in [e_begin, e_end) of the output, by the block, from the `len` buckets at
+// `section` (bucket `first` of a row of `n`). Pairs [e_begin / 2, ceil(e_end / 2)) hold
+// them; each thread takes kSectionPairs pairs per step, all loads issued before any is used.
+template <typename out_t>
+__device__ inline void draw_section(const int64_t* section, int64_t len, int64_t first, int64_t n, int64_t e_begin,
+                                    int64_t e_end, const PhiloxSeed& seed, out_t* out) {
+  const int64_t stride = blockDim.x;
+  for (int64_t p0 = e_begin / 2 + threadIdx.x; 2 * p0 < e_end; p0 += stride * kSectionPairs) {
+    BucketDraw draw[2 * kSectionPairs];
+    int64_t bucket[2 * kSectionPairs];
+    draw_pairs<kSectionPairs>(seed, p0, stride, len, draw);
+#pragma unroll
+    for (int k = 0; k < 2 * kSectionPairs; ++k) {
+      const int64_t e = 2 * (p0 + (k / 2) * stride) + (k % 2);
+      bucket[k] = e >= e_begin && e < e_end ? section[draw[k].bucket] : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kSectionPairs; ++k) {
+      store_pair(out, p0 + k * stride, e_begin, e_end, pick(draw[2 * k], bucket[2 * k], n, first),
+                 pick(draw[2 * k + 1], bucket[2 * k + 1], n, first));
+    }
+  }
+}
+
 // Block b draws part b % parts of section b / parts. kStaged: the section is copied to
 // shared memory first (coalesced), then every draw reads it there; otherwise draws read
 // the table through L1. Draw e uses half e % 2 of Philox block e / 2, as the baseline.
@@ -119,36 +156,10 @@ __global__ void __launch_bounds__(kCachedThreads) sectioned_kernel(const int64_t
   if (e_begin == e_end) return;  // (the whole block) nothing drawn here
   const int64_t* section = table + row * grid.buckets + first;
   if (kStaged) {
-    if (reinterpret_cast<uintptr_t>(section) % 16 == 0) {  // 16-byte loads where aligned
-      for (int64_t i = threadIdx.x; i < len / 2; i += blockDim.x) {
-        reinterpret_cast<longlong2*>(staged)[i] = reinterpret_cast<const longlong2*>(section)[i];
-      }
-      if (threadIdx.x == 0 && len % 2) staged[len - 1] = section[len - 1];
-    } else {
-      for (int64_t i = threadIdx.x; i < len; i += blockDim.x) staged[i] = section[i];
-    }
-    __syncthreads();
+    stage_section(section, len, staged);
     section = staged;
   }
-  const PhiloxSeed seed = philox_seed(philox);
-  // Pairs [e_begin / 2, ceil(e_end / 2)) hold this part's draws; each thread takes
-  // kSectionPairs of them per step, all loads issued before any is used.
-  const int64_t stride = blockDim.x;
-  for (int64_t p0 = e_begin / 2 + threadIdx.x; 2 * p0 < e_end; p0 += stride * kSectionPairs) {
-    BucketDraw draw[2 * kSectionPairs];
-    int64_t bucket[2 * kSectionPairs];
-    draw_pairs<kSectionPairs>(seed, p0, stride, len, draw);
-#pragma unroll
-    for (int k = 0; k < 2 * kSectionPairs; ++k) {
-      const int64_t e = 2 * (p0 + (k / 2) * stride) + (k % 2);
-      bucket[k] = e >= e_begin && e < e_end ? section[draw[k].bucket] : 0;
-    }
-#pragma unroll
-    for (int k = 0; k < kSectionPairs; ++k) {
-      store_pair(out, p0 + k * stride, e_begin, e_end, pick(draw[2 * k], bucket[2 * k], grid.buckets, first),
-                 pick(draw[2 * k + 1], bucket[2 * k + 1], grid.buckets, first));
-    }
-  }
+  draw_section(section, len, first, grid.buckets, e_begin, e_end, philox_seed(philox), out);
 }
 
 template <typename out_t>
@@ -226,8 +237,92 @@ at::Tensor alias_sample_cuda(const at::Tensor& table_in, int64_t num_samples, bo
   return out;
 }
 
+// ---- segments (_alias_sample_segments, alias_ops.h) ------------------------------------
+// One pass over the run of buckets serves every segment: a block per (section, part)
+// stages its section once and draws each segment's share of it, so k segments read the
+// table once rather than k times.
+
+// One thread per (segment, section): segment a's count and offset in the section.
+__global__ void segment_span_kernel(SectionGrid grid, int segments, SegmentStarts starts, at::PhiloxCudaState philox,
+                                    SectionSpan* spans) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= segments * grid.sections) return;
+  const int64_t a = k / grid.sections;
+  SectionGrid mine = grid;
+  mine.num_samples = starts.at[a + 1] - starts.at[a];
+  spans[k] = section_span(mine, a, k % grid.sections, CurandStreams{philox_seed(philox)});
+}
+
+// Block b: part b % parts of section b / parts of the run at bucket `begin` of a row of n.
+template <typename out_t>
+__global__ void __launch_bounds__(kSharedThreads)
+    segments_kernel(const int64_t* table, int64_t n, int64_t begin, SectionGrid grid, int64_t parts, int segments,
+                    SegmentStarts starts, const SectionSpan* spans, at::PhiloxCudaState philox, out_t* out) {
+  extern __shared__ int64_t staged[];
+  const int64_t section = blockIdx.x / parts;
+  const int64_t part = blockIdx.x % parts;
+  const int64_t first = section * grid.section_buckets;
+  const int64_t len = min(grid.section_buckets, grid.buckets - first);
+  int any = 0;
+  for (int a = threadIdx.x; a < segments; a += blockDim.x) {
+    const int64_t count = spans[a * grid.sections + section].count;
+    any |= part_begin(count, part + 1, parts) > part_begin(count, part, parts);
+  }
+  if (!__syncthreads_or(any)) return;  // (the whole block) nothing drawn here
+  stage_section(table + begin + first, len, staged);
+  const PhiloxSeed seed = philox_seed(philox);
+  for (int a = 0; a < segments; ++a) {
+    const SectionSpan span = spans[a * grid.sections + section];
+    const int64_t e0 = starts.at[a] + span.offset;
+    draw_section(staged, len, begin + first, n, e0 + part_begin(span.count, part, parts),
+                 e0 + part_begin(span.count, part + 1, parts), seed, out);
+  }
+}
+
+at::Tensor alias_sample_segments_cuda(const at::Tensor& table_in, at::IntArrayRef counts, int64_t begin, int64_t end,
+                                      std::optional<at::ScalarType> dtype, std::optional<at::Generator> generator) {
+  const SegmentPlan plan = segment_plan(table_in, counts, begin, end);
+  const at::ScalarType out_type = sample_dtype(dtype);
+  const c10::cuda::CUDAGuard guard(table_in.device());
+  const at::Tensor table = table_in.contiguous();
+  at::Tensor out = at::empty({plan.total}, table.options().dtype(out_type));
+  if (plan.total == 0) return out;
+  const SectionGrid grid = section_grid(SampleMethod::kShared, plan.end - plan.begin, plan.total);
+  const int64_t parts = parts_per_section(grid);
+  TORCH_CHECK(grid.sections * parts < (int64_t{1} << 31), "_alias_sample_segments: ", grid.sections * parts,
+              " sectioned blocks exceed the CUDA grid");
+  const auto philox = cuda_philox_state(generator, table.device().index(), 4 * kNodeBlocks);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const int64_t span_count = plan.segments * grid.sections;
+  at::Tensor spans = at::empty({span_count * static_cast<int64_t>(sizeof(SectionSpan))}, table.options().dtype(at::kByte));
+  auto* span_ptr = reinterpret_cast<SectionSpan*>(spans.mutable_data_ptr());
+  segment_span_kernel<<<ceil_div(span_count, 128), 128, 0, stream>>>(grid, plan.segments, plan.starts, philox, span_ptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int bytes = static_cast<int>(grid.section_buckets * sizeof(int64_t));
+  auto run = [&](auto* o) {
+    using out_t = std::remove_pointer_t<decltype(o)>;
+    const auto kernel = &segments_kernel<out_t>;
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+    kernel<<<static_cast<int>(grid.sections * parts), kSharedThreads, bytes, stream>>>(
+        table.const_data_ptr<int64_t>(), table.numel(), plan.begin, grid, parts, plan.segments, plan.starts, span_ptr,
+        philox, o);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  if (out_type == at::kLong) {
+    run(out.mutable_data_ptr<int64_t>());
+  } else {
+    run(out.mutable_data_ptr<int32_t>());
+  }
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(wrs, CUDA, m) { m.impl("alias_sample", &alias_sample_cuda); }
+TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
+  m.impl("alias_sample", &alias_sample_cuda);
+  m.impl("_alias_sample_segments", &alias_sample_segments_cuda);
+}
 
 }  // namespace wrs::alias
