@@ -40,6 +40,12 @@ TORCH_LIBRARY(wrs, m) {
   m.def("_ordered_labels(Tensor cdf, SymInt count, *, Generator? generator=None) -> (Tensor, Tensor)",
         {at::Tag::nondeterministic_seeded});
   m.def("_ordered_place(Tensor grouped, Tensor labels, Tensor start) -> Tensor");
+  // _ordered_fill: int64 [labels.numel()]; as _ordered_place for the parts other than `own`
+  // (received: their draws grouped by part; out[t] = offsets[p] + the draw), and draws of
+  // its own from the alias `table` at the positions labelled `own` (-1: none).
+  m.def("_ordered_fill(Tensor received, Tensor labels, Tensor start, Tensor offsets, Tensor table, int own, *, "
+        "Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
   // Which method multinomial (or sample_logits, with logits=True) takes for a call of this
   // shape on `device` ("cpu" or "cuda"), by the method tables (csrc/multinomial/dispatch_*):
   // for tests and the docs. On CUDA, `sms` is the GPU's multiprocessors and `capturing`

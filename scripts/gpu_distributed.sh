@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On a machine with two or more GPUs: build, run the distributed, placement and
-# multinomial_counts tests (NCCL across two GPUs, gloo on the CPU; memcheck over the counts
-# and placement kernels), then, as asked:
+# On a machine with two or more GPUs: build, run the distributed, placement, segments,
+# alias-sampling and multinomial_counts tests (NCCL across two GPUs, gloo on the CPU;
+# memcheck over the counts, placement and segments kernels), then, as asked:
 #   bench    torchrun -m torch_wrs.benchmark distributed on 2 GPUs and on all of them
 #            (sampling 2^30, then the largest table that fits)
 #   lda      data-parallel LDA, nytimes shape: 1 GPU and 2 GPUs, time to the exact sampler's
@@ -22,10 +22,13 @@ TARGET="${LDA_TARGET:--8.1758}"
 for what in "$@"; do
   case "$what" in
     tests)
-      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_distributed.py tests/test_place.py tests/test_multinomial_counts.py 2>&1 | tee "$LOG/tests.log" | tail -8
+      timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_distributed.py tests/test_place.py \
+        tests/test_alias_segments.py tests/test_alias_sample.py tests/test_alias_sample_unordered.py \
+        tests/test_multinomial_counts.py 2>&1 | tee "$LOG/tests.log" | tail -8
       if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
         PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-          python3 -m pytest -q -p no:cacheprovider tests/test_multinomial_counts.py tests/test_place.py -k cuda > "$LOG/sanitizer.log" 2>&1
+          python3 -m pytest -q -p no:cacheprovider tests/test_multinomial_counts.py tests/test_place.py \
+          tests/test_alias_segments.py -k cuda > "$LOG/sanitizer.log" 2>&1
         echo "sanitizer rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/sanitizer.log" | tail -2 | tr '\n' ' ')"
       fi
       ;;

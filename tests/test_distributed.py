@@ -100,6 +100,7 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     # Ordered draws exchanged in chunks (as from 2^22 remote draws), here from the first draw.
     D._CHUNK_FROM = 1
     res["chunked_ordered"] = table.sample(draws + 3 * rank, generator=gen()).cpu()
+    res["chunked_unordered"] = table.sample(draws + 5 * rank, ordered=False, generator=gen()).cpu()
     res["chunked_pieces"] = pieces.sample(draws, generator=gen()).cpu()
     D._CHUNK_FROM = 1 << 22
 
@@ -154,31 +155,36 @@ def check_laws(sizes, results, key):
 
 def test_union_and_each_rank_follow_the_global_law(world):
     sizes, results = world
-    for key in ("ordered", "unordered", "pieces_ordered", "pieces_unordered", "chunked_ordered", "chunked_pieces"):
+    for key in ("ordered", "unordered", "pieces_ordered", "pieces_unordered", "chunked_ordered", "chunked_unordered",
+                "chunked_pieces"):
         check_laws(sizes, results, key)
 
 
+def _bins(indices, n, bins=8):
+    return indices * bins // n
+
+
 def test_ordered_draws_are_in_iid_order_and_unordered_grouped(world):
+    """Consecutive ordered draws, in 8 coarse bins of the categories (several a shard, so
+    draws placed in a sorted or grouped order within a shard show), are independent."""
     sizes, results = world
     w = global_weights(sizes)
-    shard_p = torch.stack([w[a:b].sum() for a, b in zip([0] + list(torch.tensor(sizes).cumsum(0)[:-1]),
-                                                          torch.tensor(sizes).cumsum(0))])
-    shard_p = shard_p / shard_p.sum()
-    m = len(sizes)
+    n, m = w.numel(), 8
+    bin_p = torch.zeros(m, dtype=torch.float64).index_add_(0, _bins(torch.arange(n), n), w)
+    bin_p = bin_p / bin_p.sum()
+    expected = torch.outer(bin_p, bin_p).reshape(-1)
     for r in results:
-        s = _shard_of(r["ordered"], sizes)
-        pairs = torch.bincount(s[:-1] * m + s[1:], minlength=m * m).double()
-        assert g_test_pvalue(pairs, torch.outer(shard_p, shard_p).reshape(-1)) > P_MIN, "consecutive draws correlated"
-        u = _shard_of(r["unordered"], sizes)
-        assert (u[1:] >= u[:-1]).all(), "ordered=False draws come grouped by shard, in shard order"
-        for key in ("chunked_ordered", "chunked_pieces"):
-            s = _shard_of(r[key], sizes)
-            pairs = torch.bincount(s[:-1] * m + s[1:], minlength=m * m).double()
-            assert g_test_pvalue(pairs, torch.outer(shard_p, shard_p).reshape(-1)) > P_MIN, f"{key}: draws correlated"
-    # Ranks seeded alike draw independently: the shards of draw t on ranks 0 and 1.
-    a, b = (_shard_of(r["ordered"], sizes) for r in results[:2])
+        for key in ("ordered", "chunked_ordered", "chunked_pieces", "pieces_ordered"):
+            b = _bins(r[key], n)
+            pairs = torch.bincount(b[:-1] * m + b[1:], minlength=m * m).double()
+            assert g_test_pvalue(pairs, expected) > P_MIN, f"{key}: consecutive draws correlated"
+        for key in ("unordered", "chunked_unordered", "pieces_unordered"):
+            u = _shard_of(r[key], sizes)
+            assert (u[1:] >= u[:-1]).all(), f"{key}: ordered=False draws come grouped by shard, in shard order"
+    # Ranks seeded alike draw independently: the bins of draw t on ranks 0 and 1.
+    a, b = (_bins(r["ordered"], n) for r in results[:2])
     joint = torch.bincount(a * m + b, minlength=m * m).double()
-    assert g_test_pvalue(joint, torch.outer(shard_p, shard_p).reshape(-1)) > P_MIN, "ranks' draws correlated"
+    assert g_test_pvalue(joint, expected) > P_MIN, "ranks' draws correlated"
 
 
 def test_reproducible_and_independent_across_ranks(world):

@@ -1,11 +1,11 @@
 """The fused labels and placement of sharded sampling in i.i.d. order
-(torch.ops.wrs._ordered_labels, _ordered_place; csrc/distributed/place.h states the law):
+(torch.ops.wrs._ordered_labels, _ordered_place, _ordered_fill; csrc/distributed/place.h states the law):
 each position's part follows the parts' weights, each block's counts are its labels', and
 the placement puts part p's draws, in order, at the positions labelled p."""
 import pytest
 import torch
 
-import torch_wrs  # noqa: F401  (registers torch.ops.wrs)
+import torch_wrs
 from helpers import g_test_pvalue
 
 P_MIN = 1e-4
@@ -85,3 +85,53 @@ def test_errors(device):
         torch.ops.wrs._ordered_place(torch.zeros(10, dtype=torch.int64, device=device), labels.long(), start)
     with pytest.raises(RuntimeError, match="a row per block"):
         torch.ops.wrs._ordered_place(torch.zeros(10, dtype=torch.int64, device=device), labels, start.view(2, 1))
+
+
+@pytest.mark.parametrize("own", [0, 2, -1])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_fill_places_the_received_and_draws_the_own_part_as_alias_sample(device, own, dtype):
+    """Positions of other parts get their received draws in order plus the part's offset;
+    positions labelled `own` get alias_sample's baseline draw of the same index from the
+    own table, with the same generator state (so the own draws are i.i.d. in order)."""
+    parts, n = 3, 3 * 4096 + 17
+    labels = torch.randint(parts, (n,), generator=torch.Generator().manual_seed(4)).to(torch.uint8)
+    blocks = torch.stack([torch.bincount(labels[b:b + 4096].long(), minlength=parts) for b in range(0, n, 4096)])
+    if own >= 0:
+        blocks[:, own] = 0
+    counts = blocks.sum(0)
+    received = torch.cat([torch.arange(int(c)) * 10 + p for p, c in enumerate(counts)]).to(dtype)
+    start = blocks.cumsum(0) - blocks + (counts.cumsum(0) - counts)
+    offsets = torch.tensor([0, 1 << 40, 5 << 40])
+    w = torch.rand(5000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    table = torch_wrs.alias_table(w.to(device)) if own >= 0 else torch.zeros(0, dtype=torch.int64, device=device)
+    out = torch.ops.wrs._ordered_fill(received.to(device), labels.to(device), start.to(device), offsets.to(device),
+                                      table, own, generator=torch.Generator(device).manual_seed(9)).cpu()
+    assert out.dtype == torch.int64 and out.shape == (n,)
+    lab = labels.long()
+    for p in range(parts):
+        if p == own:
+            ref = torch.ops.wrs.alias_sample(table, n, generator=torch.Generator(device).manual_seed(9)).cpu()
+            assert torch.equal(out[lab == p], ref[lab == p] + offsets[p])
+        else:
+            local = out[lab == p] - offsets[p]
+            assert torch.equal(local % 10, torch.full_like(local, p))
+            assert torch.equal(local // 10, torch.arange(int(counts[p])))
+
+
+def test_fill_errors(device):
+    labels = torch.zeros(10, dtype=torch.uint8, device=device)
+    start = torch.zeros(1, 2, dtype=torch.int64, device=device)
+    offsets = torch.zeros(2, dtype=torch.int64, device=device)
+    table = torch_wrs.alias_table(torch.ones(4, device=device))
+    rec = torch.zeros(10, dtype=torch.int32, device=device)
+    fill = torch.ops.wrs._ordered_fill
+    with pytest.raises(RuntimeError, match="received must be 1-D int32 or int64"):
+        fill(rec.float(), labels, start, offsets, table, 0)
+    with pytest.raises(RuntimeError, match="offsets must be int64 \\[parts\\]"):
+        fill(rec, labels, start, offsets[:1], table, 0)
+    with pytest.raises(RuntimeError, match="own must be a part or -1, got 2"):
+        fill(rec, labels, start, offsets, table, 2)
+    with pytest.raises(RuntimeError, match="table must be a non-empty 1-D int64 alias table"):
+        fill(rec, labels, start, offsets, table[:0], 0)
+    with pytest.raises(RuntimeError, match="a row per block"):
+        fill(rec, labels, start.view(2, 1), offsets, table, 0)

@@ -85,7 +85,7 @@ def sampling(args, rank, world, say):
     torch.cuda.synchronize()
     build_ms = (time.perf_counter() - t0) * 1e3
     a2a_ms = _bare_all_to_all_ms(draws, device, sharded)
-    parts = _parts_ms(sharded, draws, world)
+    parts = _parts_ms(sharded, draws, world) if sharded._compact else {}
     for ordered in (True, False):
         ms = _slowest_ms(lambda: sharded.sample(draws, ordered=ordered))
         ours = world * draws / (ms * 1e-3)
@@ -115,26 +115,33 @@ def _bare_all_to_all_ms(draws, device, sharded):
 
 
 def _parts_ms(sharded, draws, world):
-    """The parts of sample() timed one at a time: the shard labels of ordered draws, the
-    draws other ranks ask of this shard and this rank's own (ordered and not), and the
-    placement of ordered draws."""
-    from .distributed import _interleave, _split
-
+    """The parts of sample() timed one at a time, for 2^D draws a rank asked evenly of the
+    shards: ordered, the shard labels, the draws for the other ranks (int32, ordered) and
+    the fill (the placement of the received draws and this shard's own draws); unordered,
+    the one pass over the shard that draws every rank's share."""
     g = torch.Generator(device=sharded.device).manual_seed(5)
-    remote, own = draws - draws // world, draws // world
-    labels = {}
+    share = draws // world
+    remote = draws - share
+    state = {}
 
-    def split():
-        labels["x"] = _split(sharded._shard_totals, draws, g, ordered=True)
+    def labels():
+        state["labels"] = torch.ops.wrs._ordered_labels(sharded._cdf, draws, generator=g)
 
-    grouped = torch.arange(draws, dtype=torch.int64, device=sharded.device)
+    labels()
+    lab, block_counts = state["labels"]
+    counts = block_counts.clone()
+    counts[:, sharded.rank] = 0
+    start = (counts.t().cumsum(1) - counts.t()).t().contiguous()
+    received = torch.zeros(int(counts.sum()), dtype=torch.int32, device=sharded.device)
+    table = sharded.tables[0]
     return {
-        "labels": _slowest_ms(split),
-        "remote draws (ordered)": _slowest_ms(lambda: sharded._draw_local(remote, g, True, sharded._compact)),
-        "own draws (ordered)": _slowest_ms(lambda: sharded._draw_local(own, g, True, sharded._compact)),
-        "placement (ordered)": _slowest_ms(lambda: _interleave(grouped, labels["x"][1], world)),
-        "remote draws (unordered)": _slowest_ms(lambda: sharded._draw_apart([own] * (world - 1), g)),
-        "own draws (unordered)": _slowest_ms(lambda: sharded._draw_local(own, g, False, sharded._compact)),
+        "labels": _slowest_ms(labels),
+        "draws for other ranks (ordered)": _slowest_ms(
+            lambda: torch.ops.wrs.alias_sample(table, remote, dtype=torch.int32, generator=g)),
+        "fill (ordered)": _slowest_ms(lambda: torch.ops.wrs._ordered_fill(
+            received, lab, start, sharded._offsets, table, sharded.rank, generator=g)),
+        "one pass for every rank (unordered)": _slowest_ms(
+            lambda: torch.ops.wrs._alias_sample_segments(table, [share] * world, dtype=torch.int32, generator=g)),
     }
 
 

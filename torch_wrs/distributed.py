@@ -139,6 +139,14 @@ class ShardedAliasTable:
         self._shard_totals = torch.tensor(self.totals, dtype=torch.float64, device=self.device)
         # Every shard one table: draws travel as int32 indices within their shard.
         self._compact = max(self.sizes) <= _MAX_PIECE
+        self._cdf = _cdf(self._shard_totals)
+        self._offsets = torch.tensor(self.offsets[:-1], dtype=torch.int64, device=self.device)
+        # Each shard cut into _CHUNKS runs of buckets, drawn and exchanged one after another
+        # by unordered calls: the weight of shard r's run k is W_r x its share of r's buckets.
+        self._runs = [k * local_weights.numel() // _CHUNKS for k in range(_CHUNKS + 1)]
+        self._run_weights = torch.tensor(
+            [w * ((k + 1) * n // _CHUNKS - k * n // _CHUNKS) / n if n else 0.0
+             for w, n in zip(self.totals, self.sizes) for k in range(_CHUNKS)], dtype=torch.float64)
 
     @staticmethod
     def _local_problem(w) -> int:
@@ -212,54 +220,138 @@ class ShardedAliasTable:
                 raise RuntimeError(f"ShardedAliasTable.sample: num_samples must be a non-negative int, got {num_samples!r}")
             return self._draw_local(num_samples, generator, ordered=ordered)
         n = 0 if bad else num_samples
+        problem = f"num_samples must be a non-negative int, got {num_samples!r}"
         g, g_host = _rank_generators(generator, self.device, self.rank)
+        if not self._compact:
+            return self._sample_pieces(n, bad, problem, ordered, g, g_host)
+        if ordered:
+            return self._sample_ordered(n, bad, problem, g)
+        return self._sample_unordered(n, bad, problem, g, g_host)
+
+    def _sample_ordered(self, n: int, bad: bool, problem: str, g) -> torch.Tensor:
+        """Every shard one table. Each position's shard is labelled on the device; the
+        labels' block counts, summed over _CHUNKS chunks of positions, are what this rank
+        asks of each shard, chunk by chunk. Each rank draws what the others asked of it, a
+        chunk at a time (one i.i.d. sequence cut into the askers' segments, as int32 within
+        the shard), each chunk exchanged while the next is drawn; then one pass places the
+        received draws at their positions and draws this shard's own positions from its
+        table (_ordered_fill)."""
+        P, me = self.world_size, self.rank
+        labels, block_counts = torch.ops.wrs._ordered_labels(self._cdf, n, generator=g)
+        blocks = block_counts.shape[0]
+        chunk_of_block = torch.arange(blocks, device=self.device) * _CHUNKS // max(blocks, 1)
+        asks = torch.zeros(_CHUNKS, P, dtype=torch.int64, device=self.device).index_add_(0, chunk_of_block, block_counts)
+        if bad:
+            asks.fill_(-1)
+        matrix = self._exchange(asks.view(-1), "sample", problem)
+        ask = [[row[c * P:(c + 1) * P] for c in range(_CHUNKS)] for row in matrix]  # ask[a][c][r]
+        largest = max(sum(ask[a][c][r] for c in range(_CHUNKS)) for a in range(P) for r in range(P) if a != r)
+        chunks = _merge_chunks(_CHUNKS if largest >= _CHUNK_FROM else 1)
+        received = torch.empty(sum(ask[me][c][r] for c in range(_CHUNKS) for r in range(P) if r != me),
+                               dtype=torch.int32, device=self.device)
+        # Where chunk j's draws of shard p start in `received`, less the block counts of p
+        # before the chunk (start = that + the exclusive scan of the block counts).
+        shift = torch.zeros(_CHUNKS, P, dtype=torch.int64)
+        pending, at, before = [], 0, [0] * P
+        for fine in chunks:
+            to_send = [0 if a == me else sum(ask[a][c][me] for c in fine) for a in range(P)]
+            to_receive = [0 if r == me else sum(ask[me][c][r] for c in fine) for r in range(P)]
+            for r in range(P):
+                for c in fine:
+                    shift[c, r] = at + sum(to_receive[:r]) - before[r]
+                before[r] += to_receive[r]
+            send = self._draw_local(sum(to_send), g, ordered=True, local=True)
+            part = received[at:at + sum(to_receive)]
+            pending.append(self._all_to_all(part, send, to_receive, to_send, async_op=True))
+            at += sum(to_receive)
+        for work in pending:
+            if work is not None:
+                work.wait()
+        counts = block_counts.clone()
+        counts[:, me] = 0
+        per_part = counts.t().contiguous()  # scans along the last dimension (see _interleave)
+        start = (per_part.cumsum(1) - per_part).t() + shift.to(self.device)[chunk_of_block]
+        table = self.tables[0] if self.tables else torch.zeros(0, dtype=torch.int64, device=self.device)
+        return torch.ops.wrs._ordered_fill(received, labels, start, self._offsets, table,
+                                           me if self.tables else -1, generator=g)
+
+    def _sample_unordered(self, n: int, bad: bool, problem: str, g, g_host) -> torch.Tensor:
+        """Every shard one table. This rank's draws fall in shard r's run k of buckets (a
+        _CHUNKS-th of its buckets) as exact multinomial counts over W_r / W x the run's
+        share of the shard's buckets; each owner draws, run by run, every asker's count in
+        one pass over the run (_alias_sample_segments), and each run's draws are exchanged
+        while the next run is drawn."""
+        P, me = self.world_size, self.rank
+        counts = multinomial_counts(self._run_weights, n, generator=g_host)
+        if bad:
+            counts = torch.full_like(counts, -1)
+        matrix = self._exchange(counts, "sample", problem)
+        ask = [[row[r * _CHUNKS:(r + 1) * _CHUNKS] for r in range(P)] for row in matrix]  # ask[a][r][k]
+        largest = max(sum(ask[a][r]) for a in range(P) for r in range(P) if a != r)
+        chunks = _merge_chunks(_CHUNKS if largest >= _CHUNK_FROM else 1)
+        out = torch.empty(n, dtype=torch.int64, device=self.device)
+        at = [sum(sum(ask[me][r]) for r in range(q)) for q in range(P)]  # where each shard's draws go next
+        pending = []
+        for runs in chunks:
+            asked = [sum(ask[a][me][k] for k in runs) for a in range(P)]
+            mine = [sum(ask[me][r][k] for k in runs) for r in range(P)]
+            if sum(asked) and self.tables:
+                begin, end = self._runs[runs[0]], self._runs[runs[-1] + 1]
+                send = torch.ops.wrs._alias_sample_segments(self.tables[0], asked, begin, end, dtype=torch.int32,
+                                                            generator=g)
+            else:
+                send = torch.zeros(0, dtype=torch.int32, device=self.device)
+            received = torch.empty(sum(mine), dtype=torch.int32, device=self.device)
+            work = self._all_to_all(received, send, mine, asked, async_op=True)
+            pending.append((work, received, mine, list(at)))
+            for r in range(P):
+                at[r] += mine[r]
+            if len(pending) > 1:  # the chunk before, placed once this one is on its way
+                self._place_runs(out, *pending.pop(0))
+        for item in pending:
+            self._place_runs(out, *item)
+        return out
+
+    def _place_runs(self, out, work, received, mine, at):
+        """Shard r's draws of a chunk, int32 within the shard, into out[at[r]:] as global indices."""
+        if work is not None:
+            work.wait()
+        got = 0
+        for r, c in enumerate(mine):
+            if c:
+                torch.add(received[got:got + c], self.offsets[r], out=out[at[r]:at[r] + c])
+                got += c
+
+    def _sample_pieces(self, n: int, bad: bool, problem: str, ordered: bool, g, g_host) -> torch.Tensor:
+        """Shards of several tables (past _MAX_PIECE categories): draws travel as int64
+        global indices, grouped by shard and placed by _interleave."""
         if ordered:  # each output position's shard, i.i.d., on the device
             counts, labels = _split(self._shard_totals, n, g, ordered=True)
         else:  # the counts alone: world_size binomials, on the host
             counts, labels = multinomial_counts(self._shard_totals.cpu(), n, generator=g_host), None
         if bad:
             counts = torch.full_like(counts, -1)
-        matrix = self._exchange(counts, "sample", f"num_samples must be a non-negative int, got {num_samples!r}")
+        matrix = self._exchange(counts, "sample", problem)
         me = self.rank
         mine, asked = matrix[me], [row[me] for row in matrix]
-        # Grouped by shard, in shard order, as int64 global indices; the remote draws travel
-        # as int32 within their shard where every shard is one table (half the bytes).
         out = torch.empty(n, dtype=torch.int64, device=self.device)
         group_start = [sum(mine[:r]) for r in range(self.world_size)]
-
-        def place(part, r, at):
-            if self._compact:
-                torch.add(part, self.offsets[r], out=out[at:at + part.numel()])
-            else:
-                out[at:at + part.numel()] = part
-
         # What the other ranks asked of this shard goes out while this rank draws its own
-        # share: ordered draws in chunks (the same number on every rank, from the gathered
-        # counts), each exchanged while the next is drawn, a chunk one i.i.d. sequence cut
-        # into the askers' segments; unordered draws in one piece, each asker's multiset
-        # drawn apart, since each sectioned call reads the whole table.
-        largest = max((c for r, row in enumerate(matrix) for d, c in enumerate(row) if r != d), default=0)
-        chunks = _chunks(largest) if ordered else 1
-        pending = []
-        for i in range(chunks):
-            to_send = [0 if r == me else _piece(c, i, chunks) for r, c in enumerate(asked)]
-            to_receive = [0 if r == me else _piece(c, i, chunks) for r, c in enumerate(mine)]
-            if ordered:
-                send = self._draw_local(sum(to_send), g, ordered=True, local=self._compact)
-            else:
-                send = self._draw_apart(to_send, g)
-            received = torch.empty(sum(to_receive), dtype=send.dtype, device=self.device)
-            work = self._all_to_all(received, send, to_receive, to_send, async_op=True)
-            pending.append((work, received, to_receive, i))
-        place(self._draw_local(mine[me], g, ordered=ordered, local=self._compact), me, group_start[me])
-        for work, received, to_receive, i in pending:
-            if work is not None:
-                work.wait()
-            got = 0
-            for r, c in enumerate(to_receive):
-                if c:
-                    place(received[got:got + c], r, group_start[r] + _piece_start(mine[r], i, chunks))
-                    got += c
+        # share, in one piece.
+        send = self._draw_apart([0 if r == me else c for r, c in enumerate(asked)], g, ordered)
+        to_receive = [0 if r == me else c for r, c in enumerate(mine)]
+        received = torch.empty(sum(to_receive), dtype=torch.int64, device=self.device)
+        work = self._all_to_all(received, send, to_receive, [0 if r == me else c for r, c in enumerate(asked)],
+                                async_op=True)
+        own = self._draw_local(mine[me], g, ordered=ordered)
+        out[group_start[me]:group_start[me] + own.numel()] = own
+        if work is not None:
+            work.wait()
+        got = 0
+        for r, c in enumerate(to_receive):
+            if c:
+                out[group_start[r]:group_start[r] + c] = received[got:got + c]
+                got += c
         return out if labels is None else _interleave(out, labels, self.world_size)
 
     def sample_owned(self, num_samples: int, *,
@@ -309,14 +401,19 @@ class ShardedAliasTable:
             counts = torch.full_like(counts, -1)
         matrix = self._exchange(counts, "sample_owned", f"num_samples must be a non-negative int, got {num_samples!r}")
         asked = [row[self.rank] for row in matrix]
-        out = self._draw_apart(asked, g, local=False)
+        if self._compact and self.tables and sum(asked):  # one pass over the table for every asker
+            out = torch.ops.wrs._alias_sample_segments(self.tables[0], asked, generator=g).add_(self.first)
+        else:
+            out = self._draw_apart(asked, g, local=False)
         return out, asked
 
-    def _draw_apart(self, counts: List[int], generator, local: Optional[bool] = None) -> torch.Tensor:
-        """Each asker's counts[a] draws from this shard, independent multisets, asker 0's
-        first (int32 within the shard where ``local``, by default where it is one table)."""
+    def _draw_apart(self, counts: List[int], generator, ordered: bool = False,
+                    local: Optional[bool] = None) -> torch.Tensor:
+        """Each asker's counts[a] draws from this shard, independent multisets (i.i.d.
+        sequences where ``ordered``), asker 0's first (int32 within the shard where ``local``,
+        by default where it is one table)."""
         local = self._compact if local is None else local
-        parts = [self._draw_local(c, generator, ordered=False, local=local) for c in counts]
+        parts = [self._draw_local(c, generator, ordered=ordered, local=local) for c in counts]
         nonempty = [p for p in parts if p.numel()]
         return nonempty[0] if len(nonempty) == 1 else torch.cat(parts)  # no copy of a lone part
 
@@ -413,23 +510,26 @@ class ShardedAliasTable:
                 f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, device={self.device})")
 
 
-# Remote draws of at least 2^22 (a pair of ranks) go out in this many chunks, so the
-# exchange overlaps the drawing (docs/distributed.md, "Cost model").
-_CHUNKS = 4
+# Draws travel in _CHUNKS chunks (each exchanged while the next is drawn) once the most
+# that one rank asks of another reaches _CHUNK_FROM; below that, in one
+# (docs/distributed.md, "Cost model").
+_CHUNKS = 8
 _CHUNK_FROM = 1 << 22
 
 
-def _chunks(largest_remote: int) -> int:
-    return _CHUNKS if largest_remote >= _CHUNK_FROM else 1
+def _merge_chunks(chunks: int) -> List[List[int]]:
+    """The _CHUNKS fine chunks grouped into `chunks` (_CHUNKS or 1) chunks."""
+    return [[c] for c in range(_CHUNKS)] if chunks == _CHUNKS else [list(range(_CHUNKS))]
 
 
-def _piece_start(count: int, i: int, chunks: int) -> int:
-    return count * i // chunks
-
-
-def _piece(count: int, i: int, chunks: int) -> int:
-    """Chunk i's share of `count` (the chunks cover it exactly)."""
-    return _piece_start(count, i + 1, chunks) - _piece_start(count, i, chunks)
+def _cdf(totals: torch.Tensor) -> torch.Tensor:
+    """The float64 CDF over parts of weights `totals`, exactly 1 from the last part of
+    positive weight on, so that no position is labelled with a part of zero weight."""
+    cdf = torch.cumsum(totals, 0) / totals.sum()
+    positive = torch.nonzero(totals > 0)
+    last = int(positive[-1]) if positive.numel() else totals.numel() - 1
+    cdf[last:] = 1.0
+    return cdf
 
 
 def _count(num_samples):
@@ -459,7 +559,7 @@ def _split(totals: torch.Tensor, count: int, generator, ordered: bool):
     (the counts alone: exact conditional binomials)."""
     if not ordered:
         return multinomial_counts(totals, count, generator=generator), None
-    cdf = torch.cumsum(totals, 0) / totals.sum()
+    cdf = _cdf(totals)
     if totals.device.type in _FUSED_PLACEMENT and totals.numel() <= 256:
         labels, block_counts = torch.ops.wrs._ordered_labels(cdf, count, generator=generator)
         return block_counts.sum(0), _Labels(labels, block_counts)

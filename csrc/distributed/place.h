@@ -8,6 +8,12 @@
 // and takes the first part p with cdf[p] > u (the last part where none: cdf's rounding), as
 // torch.searchsorted(cdf, u, right=True) would: P(p) = cdf[p] - cdf[p - 1], to float64
 // rounding. Positions come in blocks of kPlaceBlock; each block counts its labels per part.
+//
+// _ordered_fill places, as _ordered_place, the received draws of every part but `own`
+// (plus each part's offset), and gives each position labelled `own` a draw of its own
+// from `own`'s alias table: position t takes half t % 2 of Philox block t / 2 of the
+// call's stream, as alias_sample's baseline draw t would, so the own draws are i.i.d. in
+// order and independent of the labels (which come from another call's stream).
 #include "common/uniform.h"
 
 #include <c10/macros/Macros.h>

@@ -1,5 +1,6 @@
-// _ordered_labels and _ordered_place on the CPU (place.h states the law): a task per block
+// _ordered_labels, _ordered_place and _ordered_fill on the CPU (place.h states the law): a task per block
 // of positions, so the labels do not depend on the thread count.
+#include "alias/alias.h"
 #include "common/parallel.h"
 #include "common/philox.h"
 #include "distributed/place.h"
@@ -66,11 +67,50 @@ at::Tensor ordered_place_cpu(const at::Tensor& grouped, const at::Tensor& labels
   return out;
 }
 
+at::Tensor ordered_fill_cpu(const at::Tensor& received, const at::Tensor& labels, const at::Tensor& start,
+                            const at::Tensor& offsets, const at::Tensor& table, int64_t own,
+                            std::optional<at::Generator> generator) {
+  check_fill_args(received, labels, start, offsets, table, own);
+  const at::Tensor g = received.contiguous(), lab = labels.contiguous(), st = start.contiguous();
+  const at::Tensor off = offsets.contiguous(), tab = table.contiguous();
+  const int64_t n = lab.numel(), m = g.numel(), parts = st.size(1);
+  at::Tensor out = at::empty({n}, lab.options().dtype(at::kLong));
+  const PhiloxSeed seed = own >= 0 ? cpu_philox_seed(generator) : PhiloxSeed{0, 0};
+  const uint64_t buckets = own >= 0 ? static_cast<uint64_t>(tab.numel()) : 0;
+  const int64_t* tp = own >= 0 ? tab.const_data_ptr<int64_t>() : nullptr;
+  AT_DISPATCH_INDEX_TYPES(g.scalar_type(), "_ordered_fill_cpu", [&] {
+    const index_t* src = g.const_data_ptr<index_t>();
+    const uint8_t* l = lab.const_data_ptr<uint8_t>();
+    const int64_t *s = st.const_data_ptr<int64_t>(), *o = off.const_data_ptr<int64_t>();
+    int64_t* dst = out.mutable_data_ptr<int64_t>();
+    wrs::parallel_for(0, st.size(0), 1, [&](int64_t b0, int64_t b1) {
+      std::vector<int64_t> next(parts);
+      for (int64_t b = b0; b < b1; ++b) {
+        std::copy(s + b * parts, s + (b + 1) * parts, next.begin());
+        for (int64_t t = b * kPlaceBlock, end = std::min(n, t + kPlaceBlock); t < end; ++t) {
+          const int64_t p = l[t];
+          TORCH_CHECK(p < parts, "_ordered_fill: label ", p, " at position ", t, " is not a part");
+          if (p == own) {
+            const at::detail::UINT4 w = philox_block(seed, static_cast<uint64_t>(t / 2));
+            const alias::BucketDraw d = alias::draw_bucket(buckets, w[2 * (t % 2)], w[2 * (t % 2) + 1]);
+            dst[t] = o[p] + alias::pick(d, tp[d.bucket], buckets);
+          } else {
+            TORCH_CHECK(next[p] >= 0 && next[p] < m, "_ordered_fill: labels and start do not match received");
+            dst[t] = o[p] + static_cast<int64_t>(src[next[p]++]);
+          }
+        }
+      }
+    });
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(wrs, CPU, m) {
   m.impl("_ordered_labels", &ordered_labels_cpu);
   m.impl("_ordered_place", &ordered_place_cpu);
+  m.impl("_ordered_fill", &ordered_fill_cpu);
 }
 
 }  // namespace wrs::place
