@@ -4,6 +4,7 @@
 # memcheck over the counts, placement and segments kernels), then, as asked:
 #   bench    torchrun -m torch_wrs.benchmark distributed on 2 GPUs and on all of them
 #            (sampling 2^30, then the largest table that fits)
+#   ranks    one GPU doing rank 0's work of 2 and 4 ranks, network left out
 #   lda      data-parallel LDA, nytimes shape: 1 GPU and 2 GPUs, time to the exact sampler's
 #            log-likelihood after 50 sweeps (LDA_TARGET), and the default MH's tokens/s
 #   pubmed   the pubmed shape (738M tokens) on 1 and 2 GPUs (PUBMED_ITERS sweeps)
@@ -36,6 +37,9 @@ for what in "$@"; do
       for n in $(echo 2 "$(nvidia-smi -L | wc -l)" | tr ' ' '\n' | sort -u); do
         timeout 300 torchrun --nproc_per_node=$n -m torch_wrs.benchmark distributed 2>&1 | grep -v -E "UserWarning|return func|\[W[0-9]|OMP_NUM" | tee "$LOG/bench$n.log" | tail -20
       done
+      ;;
+    ranks)
+      timeout 300 python3 -m torch_wrs.benchmark distributed --one-gpu-ranks 2 4 2>&1 | tee "$LOG/ranks.log"
       ;;
     lda)
       for n in 1 2; do

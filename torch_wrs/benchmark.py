@@ -20,7 +20,8 @@
                                                  # --out FILE joins the reports of --dtypes calls
     torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed
                                                  # ShardedAliasTable over NCCL vs one GPU
-                                                 # (torch_wrs/benchmark_distributed.py)
+                                                 # (torch_wrs/benchmark_distributed.py);
+                                                 # --one-gpu-ranks 2 4: one GPU, no network
 
 Each table row prints our time, what a user would run otherwise, their ratio, and the
 memory-traffic floor at this device's measured copy bandwidth.
@@ -792,6 +793,8 @@ def main():
     parser.add_argument("--huge-log2-categories", type=int, default=-1,
                         help="`distributed`: the table no GPU holds alone, 2^H categories (default: the most "
                              "that the GPUs' free memory holds; 0: skip)")
+    parser.add_argument("--one-gpu-ranks", type=int, nargs="+", default=[], metavar="P",
+                        help="`distributed`: without torchrun, rank 0's work of P ranks on one GPU, no network")
     parser.add_argument("--quick", action="store_true", help="`llm`: a few rows and vocabularies only")
     parser.add_argument("--dtypes", default="float32,bfloat16",
                         help="`llm`: the grid's input dtypes (the float32 part also times from-logits, small calls "

@@ -2,6 +2,7 @@
 
     torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed [--log2-categories 30]
         [--log2-draws 28] [--huge-log2-categories H]
+    python -m torch_wrs.benchmark distributed --one-gpu-ranks 2 4     # one GPU, no network
 
 1. Sampling: a table of 2^C categories split over the ranks, 2^D draws per rank, against
    rank 0 alone drawing the same total from one 2^C table. Times are the slowest rank's,
@@ -13,6 +14,10 @@
    build scratch on each; 2^33 on two H100s, 2^34 on two H200s), or 2^H with
    --huge-log2-categories H: build time, draws/s, and a G-test of the draws on 1,024 coarse
    bins against the weights' bin sums. Skipped with --huge-log2-categories 0.
+3. With --one-gpu-ranks P [P ...], without torchrun: one GPU does what rank 0 of P ranks
+   does in a sample() call, with the network left out (every rank asks what rank 0 asks,
+   and the exchange moves nothing), against the same GPU drawing the P ranks' total from
+   the whole table: how far the GPU work alone lets P GPUs scale.
 """
 import statistics
 import time
@@ -114,11 +119,12 @@ def _bare_all_to_all_ms(draws, device, sharded):
     return _slowest_ms(lambda: dist.all_to_all_single(recv, send))
 
 
-def _parts_ms(sharded, draws, world):
+def _parts_ms(sharded, draws, world, timer=None):
     """The parts of sample() timed one at a time, for 2^D draws a rank asked evenly of the
     shards: ordered, the shard labels, the draws for the other ranks (int32, ordered) and
     the fill (the placement of the received draws and this shard's own draws); unordered,
     the one pass over the shard that draws every rank's share."""
+    timer = timer or _slowest_ms
     g = torch.Generator(device=sharded.device).manual_seed(5)
     share = draws // world
     remote = draws - share
@@ -135,12 +141,12 @@ def _parts_ms(sharded, draws, world):
     received = torch.zeros(int(counts.sum()), dtype=torch.int32, device=sharded.device)
     table = sharded.tables[0]
     return {
-        "labels": _slowest_ms(labels),
-        "draws for other ranks (ordered)": _slowest_ms(
+        "labels": timer(labels),
+        "draws for other ranks (ordered)": timer(
             lambda: torch.ops.wrs.alias_sample(table, remote, dtype=torch.int32, generator=g)),
-        "fill (ordered)": _slowest_ms(lambda: torch.ops.wrs._ordered_fill(
+        "fill (ordered)": timer(lambda: torch.ops.wrs._ordered_fill(
             received, lab, start, sharded._offsets, table, sharded.rank, generator=g)),
-        "one pass for every rank (unordered)": _slowest_ms(
+        "one pass for every rank (unordered)": timer(
             lambda: torch.ops.wrs._alias_sample_segments(table, [share] * world, dtype=torch.int32, generator=g)),
     }
 
@@ -216,7 +222,85 @@ def huge_table(args, rank, world, say):
             say("  G-TEST FAILED")
 
 
+class _Done:
+    def wait(self):
+        return None
+
+
+class _RanksOnOneGpu:
+    """What torch_wrs.distributed sees of torch.distributed as rank 0 of `world` ranks that
+    all hold and ask what rank 0 does: all_gather copies this rank's tensor to every slot,
+    and all_to_all_single moves nothing (its output keeps whatever it held)."""
+
+    def __init__(self, world):
+        self.world = world
+
+    def get_rank(self, group=None):
+        return 0
+
+    def get_world_size(self, group=None):
+        return self.world
+
+    def get_backend(self, group=None):
+        return "nccl"
+
+    def all_gather(self, outputs, tensor, group=None):
+        for out in outputs:
+            out.copy_(tensor)
+
+    def all_to_all_single(self, *args, async_op=False, **kwargs):
+        return _Done() if async_op else None
+
+
+def one_gpu_ranks(args):
+    """Rank 0's GPU work in sample() for each P of --one-gpu-ranks, network left out."""
+    import torch_wrs.distributed as D
+
+    n, draws = 1 << args.log2_categories, 1 << args.log2_draws
+    device = torch.device("cuda")
+    print(f"{torch.cuda.get_device_name()}: rank 0's work of P ranks on one GPU, no network; "
+          f"2^{args.log2_categories} categories, 2^{args.log2_draws} draws a rank")
+    print("\n| P | ordered | rank 0 ms | 1 GPU ms (P x draws, whole table) | ratio | rank 0 G draws/s |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    real, parts = D.dist, {}
+    for world in args.one_gpu_ranks:
+        whole = AliasTable(_weights(n, 0, device), validate=False)
+        one = {o: _median_ms(lambda: whole.sample(world * draws, ordered=o)) for o in (True, False)}
+        del whole
+        torch.cuda.empty_cache()
+        D.dist = _RanksOnOneGpu(world)
+        try:
+            shard = ShardedAliasTable(_weights(n // world, 0, device))
+            for ordered in (True, False):
+                ms = _median_ms(lambda: shard.sample(draws, ordered=ordered))
+                print(f"| {world} | {ordered} | {ms:.2f} | {one[ordered]:.2f} | {one[ordered] / ms:.2f}x | "
+                      f"{draws / ms / 1e6:.1f} |")
+            parts[world] = _parts_ms(shard, draws, world, timer=_median_ms)
+        finally:
+            D.dist = real
+        del shard
+        torch.cuda.empty_cache()
+    for world, times in parts.items():
+        print(f"\nP = {world}, each part alone (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))
+
+
+def _median_ms(fn, reps=7):
+    fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def run(args):
+    if args.one_gpu_ranks:
+        return one_gpu_ranks(args)
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(rank % torch.cuda.device_count())
