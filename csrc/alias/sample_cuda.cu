@@ -255,7 +255,7 @@ __global__ void segment_span_kernel(SectionGrid grid, int segments, SegmentStart
 
 // Block b: part b % parts of section b / parts of the run at bucket `begin` of a row of n.
 template <typename out_t>
-__global__ void __launch_bounds__(kSharedThreads)
+__global__ void __launch_bounds__(kSharedThreads, 3)  // registers <= 42: three blocks per SM, as sectioned_kernel
     segments_kernel(const int64_t* table, int64_t n, int64_t begin, SectionGrid grid, int64_t parts, int segments,
                     SegmentStarts starts, const SectionSpan* spans, at::PhiloxCudaState philox, out_t* out) {
   extern __shared__ int64_t staged[];

@@ -24,6 +24,11 @@ constexpr int kRounds = static_cast<int>(kPlaceBlock / kThreads);
 constexpr unsigned kAll = 0xffffffffu;
 constexpr int kNoLabel = static_cast<int>(kMaxParts);  // past the end: peers only of each other
 
+// Up to kFewParts parts, each thread counts its labels in registers and a warp adds them
+// up once (one REDUX a part); more parts, a warp's peers at a time (__match_any_sync).
+constexpr int kFewParts = 8;
+
+template <bool kFew>
 __global__ void __launch_bounds__(kThreads)
     labels_kernel(const double* cdf, int parts, int64_t count, at::PhiloxCudaState philox, uint8_t* labels,
                   int64_t* block_counts) {
@@ -36,6 +41,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const PhiloxSeed seed = philox_seed(philox);
   const int lane = threadIdx.x % 32;
+  unsigned few[kFewParts] = {};
   // A thread labels positions t and t + 1 (t even) of one Philox block a round.
   for (int r = 0; r < kRounds / 2; ++r) {
     const int64_t t = blockIdx.x * kPlaceBlock + 2 * (r * kThreads + threadIdx.x);
@@ -53,10 +59,22 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const unsigned peers = __match_any_sync(kAll, p[k]);
-      if (p[k] != kNoLabel && lane == __ffs(peers) - 1) {
-        atomicAdd(&counts[p[k]], static_cast<unsigned long long>(__popc(peers)));
+      if (kFew) {
+#pragma unroll
+        for (int q = 0; q < kFewParts; ++q) few[q] += p[k] == q;
+      } else {
+        const unsigned peers = __match_any_sync(kAll, p[k]);
+        if (p[k] != kNoLabel && lane == __ffs(peers) - 1) {
+          atomicAdd(&counts[p[k]], static_cast<unsigned long long>(__popc(peers)));
+        }
       }
+    }
+  }
+  if (kFew) {
+#pragma unroll
+    for (int q = 0; q < kFewParts; ++q) {
+      const unsigned total = __reduce_add_sync(kAll, few[q]);
+      if (q < parts && lane == 0 && total) atomicAdd(&counts[q], static_cast<unsigned long long>(total));
     }
   }
   __syncthreads();
@@ -89,26 +107,29 @@ __global__ void __launch_bounds__(kThreads)
     place_kernel(const src_t* grouped, int64_t grouped_n, const uint8_t* labels, const int64_t* start,
                  const int64_t* offsets, int parts, int64_t n, OwnTable own, at::PhiloxCudaState philox, out_t* out) {
   __shared__ long long next[kMaxParts];
+  __shared__ long long shift[kMaxParts];
   __shared__ unsigned seen[kWarps][kMaxParts];  // a warp's counts, then the earlier warps'
-  for (int p = threadIdx.x; p < parts; p += kThreads) next[p] = start[blockIdx.x * static_cast<int64_t>(parts) + p];
+  for (int p = threadIdx.x; p < parts; p += kThreads) {
+    next[p] = start[blockIdx.x * static_cast<int64_t>(parts) + p];
+    shift[p] = offsets != nullptr ? offsets[p] : 0;
+  }
   for (int i = threadIdx.x; i < kWarps * kMaxParts; i += kThreads) (&seen[0][0])[i] = 0;
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t base = blockIdx.x * kPlaceBlock + warp * kPerWarp + lane;
-  int part[kPerLane];
-  unsigned rank[kPerLane];
+  // A position's part and its rank among the part's positions of the warp (so far), in
+  // one word: part | rank << kPartBits (ranks < kPlaceBlock), fewer registers a thread.
+  constexpr int kPartBits = 9;
+  uint32_t meta[kPerLane];
 #pragma unroll
   for (int r = 0; r < kPerLane; ++r) {
     const int64_t t = base + r * 32;
-    part[r] = t < n ? min(static_cast<int>(labels[t]), parts - 1) : kNoLabel;
-  }
-#pragma unroll
-  for (int r = 0; r < kPerLane; ++r) {
-    const unsigned peers = __match_any_sync(kAll, part[r]);
-    const unsigned so_far = part[r] != kNoLabel ? seen[warp][part[r]] : 0;
-    rank[r] = so_far + __popc(peers & ((1u << lane) - 1));
+    const int part = t < n ? min(static_cast<int>(labels[t]), parts - 1) : kNoLabel;
+    const unsigned peers = __match_any_sync(kAll, part);
+    const unsigned so_far = part != kNoLabel ? seen[warp][part] : 0;
+    meta[r] = part | (so_far + __popc(peers & ((1u << lane) - 1))) << kPartBits;
     __syncwarp();
-    if (part[r] != kNoLabel && lane == __ffs(peers) - 1) seen[warp][part[r]] = so_far + __popc(peers);
+    if (part != kNoLabel && lane == __ffs(peers) - 1) seen[warp][part] = so_far + __popc(peers);
     __syncwarp();
   }
   __syncthreads();
@@ -122,26 +143,26 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const PhiloxSeed seed = own.part >= 0 ? philox_seed(philox) : PhiloxSeed{0, 0};
-  out_t v[kPerLane];
+  src_t v[kPerLane];
 #pragma unroll
   for (int r = 0; r < kPerLane; ++r) {
-    if (part[r] == kNoLabel) continue;
-    const int64_t shift = offsets != nullptr ? offsets[part[r]] : 0;
-    if (part[r] == own.part) {
+    const int part = meta[r] & ((1u << kPartBits) - 1);
+    if (part == kNoLabel) continue;
+    if (part == own.part) {  // the shard's own draw (within the shard: below 2^31)
       const int64_t t = base + r * 32;
       const uint4 b = philox_block_cuda(seed, static_cast<uint64_t>(t / 2));
       const alias::BucketDraw d = t % 2 == 0 ? alias::draw_bucket(own.buckets, b.x, b.y)
                                              : alias::draw_bucket(own.buckets, b.z, b.w);
-      v[r] = static_cast<out_t>(shift + alias::pick(d, own.table[d.bucket], own.buckets));
-    } else {
-      const int64_t at = next[part[r]] + seen[warp][part[r]] + rank[r];
-      const src_t got = grouped_n > 0 ? grouped[at < 0 ? 0 : (at < grouped_n ? at : grouped_n - 1)] : src_t{0};
-      v[r] = static_cast<out_t>(shift + static_cast<int64_t>(got));  // in range whatever start holds
+      v[r] = static_cast<src_t>(alias::pick(d, own.table[d.bucket], own.buckets));
+    } else {  // in range whatever start holds
+      const int64_t at = next[part] + seen[warp][part] + (meta[r] >> kPartBits);
+      v[r] = grouped_n > 0 ? grouped[at < 0 ? 0 : (at < grouped_n ? at : grouped_n - 1)] : src_t{0};
     }
   }
 #pragma unroll
   for (int r = 0; r < kPerLane; ++r) {
-    if (part[r] != kNoLabel) out[base + r * 32] = v[r];
+    const int part = meta[r] & ((1u << kPartBits) - 1);
+    if (part != kNoLabel) out[base + r * 32] = static_cast<out_t>(shift[part] + static_cast<int64_t>(v[r]));
   }
 }
 
@@ -157,7 +178,8 @@ std::tuple<at::Tensor, at::Tensor> ordered_labels_cuda(const at::Tensor& cdf, in
   if (blocks == 0) return {labels, block_counts};
   TORCH_CHECK(blocks < (int64_t{1} << 31), "_ordered_labels: count too large for one call (", count, ")");
   const at::PhiloxCudaState philox = cuda_philox_state(generator, cdf.device().index(), 4);
-  labels_kernel<<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  const auto kernel = parts <= kFewParts ? &labels_kernel<true> : &labels_kernel<false>;
+  kernel<<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
       c.const_data_ptr<double>(), parts, count, philox, labels.mutable_data_ptr<uint8_t>(),
       block_counts.mutable_data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
