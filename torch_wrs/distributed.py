@@ -243,27 +243,26 @@ class ShardedAliasTable:
         asks = torch.zeros(_CHUNKS, P, dtype=torch.int64, device=self.device).index_add_(0, chunk_of_block, block_counts)
         if bad:
             asks.fill_(-1)
-        matrix = self._exchange(asks.view(-1), "sample", problem)
-        ask = [[row[c * P:(c + 1) * P] for c in range(_CHUNKS)] for row in matrix]  # ask[a][c][r]
-        largest = max(sum(ask[a][c][r] for c in range(_CHUNKS)) for a in range(P) for r in range(P) if a != r)
-        chunks = _merge_chunks(_CHUNKS if largest >= _CHUNK_FROM else 1)
-        received = torch.empty(sum(ask[me][c][r] for c in range(_CHUNKS) for r in range(P) if r != me),
-                               dtype=torch.int32, device=self.device)
-        # Where chunk j's draws of shard p start in `received`, less the block counts of p
-        # before the chunk (start = that + the exclusive scan of the block counts).
-        shift = torch.zeros(_CHUNKS, P, dtype=torch.int64)
-        pending, at, before = [], 0, [0] * P
-        for fine in chunks:
-            to_send = [0 if a == me else sum(ask[a][c][me] for c in fine) for a in range(P)]
-            to_receive = [0 if r == me else sum(ask[me][c][r] for c in fine) for r in range(P)]
-            for r in range(P):
-                for c in fine:
-                    shift[c, r] = at + sum(to_receive[:r]) - before[r]
-                before[r] += to_receive[r]
+        ask = torch.tensor(self._exchange(asks.view(-1), "sample", problem)).view(P, _CHUNKS, P)  # asker, chunk, shard
+        if _largest_remote(ask.sum(1)) < _CHUNK_FROM:
+            ask = ask.sum(1, keepdim=True)  # one chunk
+        sends = ask[:, :, me].t().clone()  # [chunk, asker]: what each rank asks of this shard
+        receives = ask[me].clone()  # [chunk, shard]: what this rank asks of each shard
+        sends[:, me] = 0
+        receives[:, me] = 0
+        send_lists, receive_lists = sends.tolist(), receives.tolist()
+        received = torch.empty(int(receives.sum()), dtype=torch.int32, device=self.device)
+        pending, at = [], 0
+        for to_send, to_receive in zip(send_lists, receive_lists):
             send = self._draw_local(sum(to_send), g, ordered=True, local=True)
             part = received[at:at + sum(to_receive)]
             pending.append(self._all_to_all(part, send, to_receive, to_send, async_op=True))
             at += sum(to_receive)
+        # Where chunk j's draws of shard p start in `received`, less shard p's draws in the
+        # chunks before j: a block's start is that plus the block counts before it.
+        flat = receives.view(-1)
+        shift = (flat.cumsum(0) - flat).view_as(receives) - (receives.cumsum(0) - receives)
+        shift = shift.expand(_CHUNKS, P) if shift.shape[0] == 1 else shift
         for work in pending:
             if work is not None:
                 work.wait()
@@ -285,39 +284,46 @@ class ShardedAliasTable:
         counts = multinomial_counts(self._run_weights, n, generator=g_host)
         if bad:
             counts = torch.full_like(counts, -1)
-        matrix = self._exchange(counts, "sample", problem)
-        ask = [[row[r * _CHUNKS:(r + 1) * _CHUNKS] for r in range(P)] for row in matrix]  # ask[a][r][k]
-        largest = max(sum(ask[a][r]) for a in range(P) for r in range(P) if a != r)
-        chunks = _merge_chunks(_CHUNKS if largest >= _CHUNK_FROM else 1)
+        ask = torch.tensor(self._exchange(counts, "sample", problem)).view(P, P, _CHUNKS)  # asker, shard, run
+        runs = [(self._runs[k], self._runs[k + 1]) for k in range(_CHUNKS)]
+        if _largest_remote(ask.sum(2)) < _CHUNK_FROM:
+            ask, runs = ask.sum(2, keepdim=True), [(self._runs[0], self._runs[-1])]  # one chunk
+        asked = ask[:, me, :].t().tolist()  # [chunk][asker]: what each rank asks of this shard
+        mine = ask[me].t()  # [chunk, shard]: what this rank asks of each shard
+        # Shard r's draws of chunk j go to out[at[j][r]:], grouped by shard, then by chunk.
+        flat = mine.t().reshape(-1)
+        at = (flat.cumsum(0) - flat).view(P, -1).t().tolist()
+        mine = mine.tolist()
         out = torch.empty(n, dtype=torch.int64, device=self.device)
-        at = [sum(sum(ask[me][r]) for r in range(q)) for q in range(P)]  # where each shard's draws go next
         pending = []
-        for runs in chunks:
-            asked = [sum(ask[a][me][k] for k in runs) for a in range(P)]
-            mine = [sum(ask[me][r][k] for k in runs) for r in range(P)]
-            if sum(asked) and self.tables:
-                begin, end = self._runs[runs[0]], self._runs[runs[-1] + 1]
-                send = torch.ops.wrs._alias_sample_segments(self.tables[0], asked, begin, end, dtype=torch.int32,
-                                                            generator=g)
+        for j, (begin, end) in enumerate(runs):
+            # The askers' segments in rank order, this rank's own last (kept here).
+            segments = [0 if a == me else c for a, c in enumerate(asked[j])] + [asked[j][me]]
+            if sum(segments) and self.tables:
+                drawn = torch.ops.wrs._alias_sample_segments(self.tables[0], segments, begin, end, dtype=torch.int32,
+                                                             generator=g)
             else:
-                send = torch.zeros(0, dtype=torch.int32, device=self.device)
-            received = torch.empty(sum(mine), dtype=torch.int32, device=self.device)
-            work = self._all_to_all(received, send, mine, asked, async_op=True)
-            pending.append((work, received, mine, list(at)))
-            for r in range(P):
-                at[r] += mine[r]
+                drawn = torch.zeros(0, dtype=torch.int32, device=self.device)
+            to_receive = [0 if r == me else c for r, c in enumerate(mine[j])]
+            received = torch.empty(sum(to_receive), dtype=torch.int32, device=self.device)
+            work = self._all_to_all(received, drawn[:drawn.numel() - asked[j][me]], to_receive, segments[:P],
+                                    async_op=True)
+            if asked[j][me]:
+                own = drawn[drawn.numel() - asked[j][me]:]
+                torch.add(own, self.first, out=out[at[j][me]:at[j][me] + own.numel()])
+            pending.append((work, received, to_receive, at[j]))
             if len(pending) > 1:  # the chunk before, placed once this one is on its way
                 self._place_runs(out, *pending.pop(0))
         for item in pending:
             self._place_runs(out, *item)
         return out
 
-    def _place_runs(self, out, work, received, mine, at):
+    def _place_runs(self, out, work, received, to_receive, at):
         """Shard r's draws of a chunk, int32 within the shard, into out[at[r]:] as global indices."""
         if work is not None:
             work.wait()
         got = 0
-        for r, c in enumerate(mine):
+        for r, c in enumerate(to_receive):
             if c:
                 torch.add(received[got:got + c], self.offsets[r], out=out[at[r]:at[r] + c])
                 got += c
@@ -517,9 +523,11 @@ _CHUNKS = 8
 _CHUNK_FROM = 1 << 22
 
 
-def _merge_chunks(chunks: int) -> List[List[int]]:
-    """The _CHUNKS fine chunks grouped into `chunks` (_CHUNKS or 1) chunks."""
-    return [[c] for c in range(_CHUNKS)] if chunks == _CHUNKS else [list(range(_CHUNKS))]
+def _largest_remote(asks: torch.Tensor) -> int:
+    """The most that one rank asks of another's shard, of asks[asker, shard]."""
+    remote = asks.clone()
+    remote.fill_diagonal_(0)
+    return int(remote.max())
 
 
 def _cdf(totals: torch.Tensor) -> torch.Tensor:

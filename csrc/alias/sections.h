@@ -65,8 +65,11 @@ inline int64_t parts_per_section(const SectionGrid& g) {
   return std::clamp<int64_t>(static_cast<int64_t>(expected / kSamplesPerPart) + 1, 1, 1 << 16);
 }
 
-// Part j of p takes draws [count * j / p, count * (j + 1) / p) of its section.
+// Part j of p takes draws [count * j / p, count * (j + 1) / p) of its section. One part,
+// the usual case, skips the 128-bit division (a software routine on the GPU, run by
+// every thread of every block).
 C10_HOST_DEVICE inline int64_t part_begin(int64_t count, int64_t part, int64_t parts) {
+  if (parts == 1) return part == 0 ? 0 : count;
   return static_cast<int64_t>(static_cast<unsigned __int128>(count) * part / parts);
 }
 
