@@ -46,6 +46,14 @@ TORCH_LIBRARY(wrs, m) {
   m.def("_ordered_fill(Tensor received, Tensor labels, Tensor start, Tensor offsets, Tensor table, int own, *, "
         "Generator? generator=None) -> Tensor",
         {at::Tag::nondeterministic_seeded});
+  // The LDA example's Metropolis-Hastings phase (csrc/lda/mh.h states the chain): the new
+  // topics of tokens (d, w, s0) after `cycles` word and document steps towards the full
+  // conditional under the counts now, proposals from the sweep's start, int64 [tokens].
+  m.def("_lda_mh(Tensor d, Tensor w, Tensor s0, Tensor n_dk, Tensor n_wk, Tensor n_k, Tensor start_n_dk, "
+        "Tensor start_n_wk, Tensor start_n_k, Tensor q_word, Tensor word_table, Tensor z, Tensor doc_start, "
+        "Tensor doc_length, int phase, int phases, int cycles, float alpha, float beta, *, "
+        "Generator? generator=None) -> Tensor",
+        {at::Tag::nondeterministic_seeded});
   // Which method multinomial (or sample_logits, with logits=True) takes for a call of this
   // shape on `device` ("cpu" or "cuda"), by the method tables (csrc/multinomial/dispatch_*):
   // for tests and the docs. On CUDA, `sms` is the GPU's multiprocessors and `capturing`

@@ -10,7 +10,10 @@ groups, closer to sequential Gibbs), and updates the counts after each group. Sa
                    proposal comes from the document (the topic of a random token of the
                    document, or a uniform topic); both are accepted or rejected for all
                    tokens at once, --mh-cycles times per sweep. O(1) per token, whatever K.
-                   On the GPU, torch.compile fuses each cycle into one kernel.
+                   Each phase is one torch.ops.wrs._lda_mh call (csrc/lda/mh.h), every
+                   cycle of a token in one thread: nothing to compile.
+  --sampler mh-torch  the same chain in torch ops (mh_start, mh_cycle below), which
+                   torch.compile fuses on the GPU into a kernel a cycle.
   --sampler exact  the full conditional of every token (K probabilities), drawn with
                    torch_wrs.multinomial.
   --sampler torch  the same with torch.multinomial: the baseline.
@@ -257,7 +260,7 @@ class MHTables(NamedTuple):
 
 # The MH sampler, for tokens (index t, document d, word w, topic s0 at the sweep's start),
 # all at once. Only elementwise ops and gathers, with random numbers from torch's global
-# generator, so that torch.compile turns mh_start and each mh_cycle into one kernel each
+# generator, so that torch.compile turns each mh_cycle into one kernel
 # (with inductor's Philox draws).
 
 def q_word_others(tables, w, s0, x, beta):
@@ -343,8 +346,9 @@ def compiled(fn):
 class LDA:
     """State (z and the count tables n_dk, n_wk, n_k) and the three samplers.
 
-    All draws come from torch's global generator, seeded here: torch.compile (used for the
-    MH step on the GPU unless compile=False) fuses those draws into its kernels."""
+    All draws come from torch's global generator, seeded here: the MH kernel takes its
+    stream from it, and torch.compile (used for mh-torch on the GPU unless compile=False)
+    fuses those draws into its kernels."""
 
     def __init__(self, corpus, num_topics, alpha, beta, seed=0, compile=None):
         self.c, self.K, self.alpha, self.beta = corpus, num_topics, alpha, beta
@@ -376,14 +380,20 @@ class LDA:
         """One pass over all tokens, in `phases` interleaved groups (token t in group t mod
         phases): each group is resampled at once from the counts left by the groups
         before it, then the counts are updated. More phases, closer to sequential Gibbs."""
+        # Only the MH cycle, run cycles x phases times a sweep, is compiled: compiling the
+        # start and the count updates too saved little and cost seconds of set-up.
         fused = compiled if self.compile else (lambda fn: fn)
         counts = (self.n_dk, self.n_wk, self.n_k)
-        if sampler == "mh":
+        if sampler in ("mh", "mh-torch"):
             tables = self._mh_tables()
         for p, (d, w) in enumerate(self._phase_tokens(phases)):
             s = self.z[p::phases].contiguous()
             if sampler == "mh":
-                keep_own, pi_s = fused(mh_start)(counts, tables, d, w, s, self.alpha, self.beta)
+                new = torch.ops.wrs._lda_mh(d, w, s, *counts, tables.n_dk, tables.n_wk, tables.n_k, tables.q_word,
+                                            tables.word_table, tables.z, tables.doc_start, tables.doc_length, p,
+                                            phases, mh_cycles, self.alpha, self.beta)
+            elif sampler == "mh-torch":
+                keep_own, pi_s = mh_start(counts, tables, d, w, s, self.alpha, self.beta)
                 new = s.clone()  # not s itself: one compiled graph for every cycle
                 for _ in range(mh_cycles):
                     new, pi_s = fused(mh_cycle)(counts, tables, p, phases, d, w, s, keep_own, new, pi_s,
@@ -393,10 +403,10 @@ class LDA:
                 new = torch.cat([self._resample_exact(d[i:i + chunk], w[i:i + chunk], s[i:i + chunk], multinomial)
                                  for i in range(0, d.numel(), chunk)])
             if self.world_size == 1:
-                fused(move_tokens)(counts, d, w, s, new)
+                move_tokens(counts, d, w, s, new)
             else:  # this rank's moves into a delta of n_wk, then everyone's with one all_reduce
                 delta = torch.zeros_like(self.n_wk)
-                fused(move_tokens)((self.n_dk, delta, torch.empty_like(self.n_k)), d, w, s, new)
+                move_tokens((self.n_dk, delta, torch.empty_like(self.n_k)), d, w, s, new)
                 dist.all_reduce(delta)
                 self.n_wk += delta
                 self.n_k.copy_(self.n_wk.sum(0))
@@ -542,7 +552,7 @@ def main():
     parser.add_argument("--docword", help="UCI docword.X.txt (instead of a synthetic corpus)")
     parser.add_argument("--vocab", help="UCI vocab.X.txt")
     parser.add_argument("--text", help="a plain-text file, one document per paragraph (e.g. tests/data/*.txt)")
-    parser.add_argument("--sampler", nargs="+", choices=["mh", "exact", "torch"], default=["mh"])
+    parser.add_argument("--sampler", nargs="+", choices=["mh", "mh-torch", "exact", "torch"], default=["mh"])
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--topics", type=int, help="K (default: the synthetic preset's, or 100)")
     parser.add_argument("--alpha", type=float, help="document prior (default 50 / K)")
@@ -555,7 +565,7 @@ def main():
     parser.add_argument("--history", help="write each sampler's (seconds, tokens/s, ll/token) per sweep here (JSON)")
     parser.add_argument("--estimate-alpha", action="store_true",
                         help="re-estimate alpha after every sweep from Dirichlet draws of the document topics")
-    parser.add_argument("--no-compile", action="store_true", help="run the MH step eagerly on the GPU too")
+    parser.add_argument("--no-compile", action="store_true", help="run mh-torch eagerly on the GPU too")
     parser.add_argument("--plot", help="PNG of log-likelihood per token against time")
     parser.add_argument("--target", type=float,
                         help="report the time (sweeps only) to reach this log-likelihood per token")
@@ -603,6 +613,11 @@ def main():
         steady = [h[1] for h in history[min(10, len(history) - 1):]]
         rate = sorted(steady)[len(steady) // 2]
         results[sampler] = (model, history, rate)
+        first = history[0][0]
+        later = corpus.total_tokens / rate if len(history) > 1 else first
+        say(f"  set-up: {setup:.1f} s to the corpus (imports, process group, generation); the first sweep "
+            f"took {first:.1f} s against {later:.2f} s for a later one (compilation, or loading it from "
+            f"torch.compile's cache: {max(first - later, 0):.1f} s)")
         if device.type == "cuda":
             say(f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB (rank 0)")
 

@@ -28,13 +28,13 @@ def best_chain(c, sampler, iters):
     return max(runs, key=lambda run: run[1][-1][2])
 
 
-@pytest.mark.parametrize("sampler", ["mh", "exact", "torch"])
+@pytest.mark.parametrize("sampler", ["mh", "mh-torch", "exact", "torch"])
 def test_counts_consistent_after_every_sweep(device, sampler):
     c = lda_gibbs.synthetic_corpus(50, 300, 40, 5, seed=3, device=device)
     lda_gibbs.train(c, sampler, 5, 5, 0.5, 0.01, phases=3, check=True, progress=False)
 
 
-@pytest.mark.parametrize("sampler", ["mh", "exact", "torch"])
+@pytest.mark.parametrize("sampler", ["mh", "mh-torch", "exact", "torch"])
 def test_recovers_planted_topics(device, sampler):
     c = corpus(device)
     model, history = best_chain(c, sampler, 100)
