@@ -4,7 +4,11 @@ Each rank holds the alias tables of its own contiguous range of categories (glob
 is rank order); no rank ever holds more than its shard. A call to ``sample`` is a
 collective: every rank draws the shard of each of its samples, the ranks exchange the
 counts and then the drawn indices with ``all_to_all_single`` (NCCL on GPUs, gloo on CPUs),
-and each rank draws what the others asked of its shard from its local table in one launch.
+in chunks, each sent while the next is drawn. An owner draws every asking rank's share of
+a chunk in one launch (ordered: one i.i.d. sequence cut into the askers' segments;
+unordered: one pass over a run of its table for all of them), and ordered calls end with
+one pass that places the received draws and draws the rank's own positions
+(docs/distributed.md, "How a call runs").
 
 Law. Rank r's shard has total W_r (float64) of W. A sample falls in shard r with probability
 W_r / W (to float64 rounding: an inverse CDF of one float64 uniform with ``ordered=True``,
