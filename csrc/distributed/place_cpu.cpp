@@ -42,27 +42,48 @@ std::tuple<at::Tensor, at::Tensor> ordered_labels_cpu(const at::Tensor& cdf, int
   return {labels, block_counts};
 }
 
+// Where positions labelled `part` draw from in _ordered_fill (part -1: none), as on CUDA.
+struct OwnTable {
+  const int64_t* table;
+  uint64_t buckets;
+  int64_t part;
+  PhiloxSeed seed;
+};
+
+// out[t] = shift[p] + the next of `src` for part p = labels[t], or for p == own.part the
+// own table's draw t; blocks of kPlaceBlock positions, each from its row of `start`.
+template <typename src_t, typename out_t>
+void place_blocks(const src_t* src, int64_t m, const uint8_t* labels, int64_t n, const int64_t* start,
+                  int64_t parts, const int64_t* shift, const OwnTable& own, const char* src_name, out_t* out) {
+  wrs::parallel_for(0, (n + kPlaceBlock - 1) / kPlaceBlock, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<int64_t> next(parts);
+    for (int64_t b = b0; b < b1; ++b) {
+      std::copy(start + b * parts, start + (b + 1) * parts, next.begin());
+      for (int64_t t = b * kPlaceBlock, end = std::min(n, t + kPlaceBlock); t < end; ++t) {
+        const int64_t p = labels[t];
+        TORCH_CHECK(p < parts, "label ", p, " at position ", t, " is not a part");
+        const int64_t add = shift != nullptr ? shift[p] : 0;
+        if (p == own.part) {
+          const at::detail::UINT4 w = philox_block(own.seed, static_cast<uint64_t>(t / 2));
+          const alias::BucketDraw d = alias::draw_bucket(own.buckets, w[2 * (t % 2)], w[2 * (t % 2) + 1]);
+          out[t] = static_cast<out_t>(add + alias::pick(d, own.table[d.bucket], own.buckets));
+        } else {
+          TORCH_CHECK(next[p] >= 0 && next[p] < m, "labels and start do not match ", src_name);
+          out[t] = static_cast<out_t>(add + static_cast<int64_t>(src[next[p]++]));
+        }
+      }
+    }
+  });
+}
+
 at::Tensor ordered_place_cpu(const at::Tensor& grouped, const at::Tensor& labels, const at::Tensor& start) {
   check_place_args(grouped, labels, start);
   const at::Tensor g = grouped.contiguous(), lab = labels.contiguous(), st = start.contiguous();
-  const int64_t n = g.numel(), parts = st.size(1);
   at::Tensor out = at::empty_like(g);
   AT_DISPATCH_INTEGRAL_TYPES(g.scalar_type(), "_ordered_place_cpu", [&] {
-    const scalar_t* src = g.const_data_ptr<scalar_t>();
-    scalar_t* dst = out.mutable_data_ptr<scalar_t>();
-    const uint8_t* l = lab.const_data_ptr<uint8_t>();
-    const int64_t* s = st.const_data_ptr<int64_t>();
-    wrs::parallel_for(0, st.size(0), 1, [&](int64_t b0, int64_t b1) {
-      std::vector<int64_t> next(parts);
-      for (int64_t b = b0; b < b1; ++b) {
-        std::copy(s + b * parts, s + (b + 1) * parts, next.begin());
-        for (int64_t t = b * kPlaceBlock, end = std::min(n, t + kPlaceBlock); t < end; ++t) {
-          const int64_t p = l[t];
-          TORCH_CHECK(p < parts && next[p] >= 0 && next[p] < n, "_ordered_place: labels and start do not match grouped");
-          dst[t] = src[next[p]++];
-        }
-      }
-    });
+    place_blocks(g.const_data_ptr<scalar_t>(), g.numel(), lab.const_data_ptr<uint8_t>(), lab.numel(),
+                 st.const_data_ptr<int64_t>(), st.size(1), nullptr, OwnTable{nullptr, 0, -1, {0, 0}},
+                 "_ordered_place's grouped", out.mutable_data_ptr<scalar_t>());
   });
   return out;
 }
@@ -73,34 +94,14 @@ at::Tensor ordered_fill_cpu(const at::Tensor& received, const at::Tensor& labels
   check_fill_args(received, labels, start, offsets, table, own);
   const at::Tensor g = received.contiguous(), lab = labels.contiguous(), st = start.contiguous();
   const at::Tensor off = offsets.contiguous(), tab = table.contiguous();
-  const int64_t n = lab.numel(), m = g.numel(), parts = st.size(1);
-  at::Tensor out = at::empty({n}, lab.options().dtype(at::kLong));
-  const PhiloxSeed seed = own >= 0 ? cpu_philox_seed(generator) : PhiloxSeed{0, 0};
-  const uint64_t buckets = own >= 0 ? static_cast<uint64_t>(tab.numel()) : 0;
-  const int64_t* tp = own >= 0 ? tab.const_data_ptr<int64_t>() : nullptr;
+  at::Tensor out = at::empty({lab.numel()}, lab.options().dtype(at::kLong));
+  const OwnTable mine = own >= 0 ? OwnTable{tab.const_data_ptr<int64_t>(), static_cast<uint64_t>(tab.numel()), own,
+                                            cpu_philox_seed(generator)}
+                                 : OwnTable{nullptr, 0, -1, {0, 0}};
   AT_DISPATCH_INDEX_TYPES(g.scalar_type(), "_ordered_fill_cpu", [&] {
-    const index_t* src = g.const_data_ptr<index_t>();
-    const uint8_t* l = lab.const_data_ptr<uint8_t>();
-    const int64_t *s = st.const_data_ptr<int64_t>(), *o = off.const_data_ptr<int64_t>();
-    int64_t* dst = out.mutable_data_ptr<int64_t>();
-    wrs::parallel_for(0, st.size(0), 1, [&](int64_t b0, int64_t b1) {
-      std::vector<int64_t> next(parts);
-      for (int64_t b = b0; b < b1; ++b) {
-        std::copy(s + b * parts, s + (b + 1) * parts, next.begin());
-        for (int64_t t = b * kPlaceBlock, end = std::min(n, t + kPlaceBlock); t < end; ++t) {
-          const int64_t p = l[t];
-          TORCH_CHECK(p < parts, "_ordered_fill: label ", p, " at position ", t, " is not a part");
-          if (p == own) {
-            const at::detail::UINT4 w = philox_block(seed, static_cast<uint64_t>(t / 2));
-            const alias::BucketDraw d = alias::draw_bucket(buckets, w[2 * (t % 2)], w[2 * (t % 2) + 1]);
-            dst[t] = o[p] + alias::pick(d, tp[d.bucket], buckets);
-          } else {
-            TORCH_CHECK(next[p] >= 0 && next[p] < m, "_ordered_fill: labels and start do not match received");
-            dst[t] = o[p] + static_cast<int64_t>(src[next[p]++]);
-          }
-        }
-      }
-    });
+    place_blocks(g.const_data_ptr<index_t>(), g.numel(), lab.const_data_ptr<uint8_t>(), lab.numel(),
+                 st.const_data_ptr<int64_t>(), st.size(1), off.const_data_ptr<int64_t>(), mine,
+                 "_ordered_fill's received", out.mutable_data_ptr<int64_t>());
   });
   return out;
 }
