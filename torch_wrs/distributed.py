@@ -522,7 +522,7 @@ class ShardedAliasTable:
 
 # Draws travel in _CHUNKS chunks (each exchanged while the next is drawn) once the most
 # that one rank asks of another reaches _CHUNK_FROM; below that, in one
-# (docs/distributed.md, "Cost model").
+# (docs/distributed.md, "How a call runs").
 _CHUNKS = 8
 _CHUNK_FROM = 1 << 22
 
