@@ -343,3 +343,21 @@ def test_owner_side_draws_follow_each_askers_law(world):
         assert g_test_pvalue(torch.bincount(union, minlength=w.numel()), w) > P_MIN, f"rank {asker}'s owned draws"
     for r in results:
         assert "num_samples must be a non-negative int" in r["err_owned"] or "bad input" in r["err_owned"]
+
+
+def test_one_gpu_ranks_runs_rank_zeros_work(monkeypatch):
+    """`benchmark distributed --one-gpu-ranks`: rank 0 of P ranks on one device, the network
+    left out, runs a whole sample() call (chunked) and returns its draws' shape; its own
+    unordered draws, which never cross the network, lie in its shard."""
+    import torch_wrs.distributed as D
+    from torch_wrs.benchmark_distributed import _RanksOnOneGpu
+
+    monkeypatch.setattr(D, "dist", _RanksOnOneGpu(4))
+    monkeypatch.setattr(D, "_CHUNK_FROM", 1)
+    table = ShardedAliasTable(shard_weights(0, [3000]))
+    assert (table.world_size, table.num_categories) == (4, 12_000)
+    ordered = table.sample(50_000, generator=torch.Generator().manual_seed(1))
+    unordered = table.sample(50_000, ordered=False, generator=torch.Generator().manual_seed(1))
+    assert ordered.shape == unordered.shape == (50_000,) and ordered.dtype == unordered.dtype == torch.int64
+    own = unordered[:10_000]  # shard 0's draws come first (about 12,500 of them), then the received
+    assert int(own.min()) >= 0 and int(own.max()) < 3000
