@@ -104,6 +104,12 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     res["chunked_pieces"] = pieces.sample(draws, generator=gen()).cpu()
     D._CHUNK_FROM = 1 << 22
 
+    # Worlds past a byte of labels take the general path, here from two ranks on.
+    D._MAX_FUSED_RANKS = 1
+    res["general_ordered"] = table.sample(draws, generator=gen()).cpu()
+    res["general_unordered"] = table.sample(draws, ordered=False, generator=gen()).cpu()
+    D._MAX_FUSED_RANKS = 255
+
     # Data-parallel LDA: counts consistent with the tokens after every sweep.
     import lda_gibbs
 
@@ -156,7 +162,7 @@ def check_laws(sizes, results, key):
 def test_union_and_each_rank_follow_the_global_law(world):
     sizes, results = world
     for key in ("ordered", "unordered", "pieces_ordered", "pieces_unordered", "chunked_ordered", "chunked_unordered",
-                "chunked_pieces"):
+                "chunked_pieces", "general_ordered", "general_unordered"):
         check_laws(sizes, results, key)
 
 
@@ -174,11 +180,11 @@ def test_ordered_draws_are_in_iid_order_and_unordered_grouped(world):
     bin_p = bin_p / bin_p.sum()
     expected = torch.outer(bin_p, bin_p).reshape(-1)
     for r in results:
-        for key in ("ordered", "chunked_ordered", "chunked_pieces", "pieces_ordered"):
+        for key in ("ordered", "chunked_ordered", "chunked_pieces", "pieces_ordered", "general_ordered"):
             b = _bins(r[key], n)
             pairs = torch.bincount(b[:-1] * m + b[1:], minlength=m * m).double()
             assert g_test_pvalue(pairs, expected) > P_MIN, f"{key}: consecutive draws correlated"
-        for key in ("unordered", "chunked_unordered", "pieces_unordered"):
+        for key in ("unordered", "chunked_unordered", "pieces_unordered", "general_unordered"):
             u = _shard_of(r[key], sizes)
             assert (u[1:] >= u[:-1]).all(), f"{key}: ordered=False draws come grouped by shard, in shard order"
     # Ranks seeded alike draw independently: the bins of draw t on ranks 0 and 1.

@@ -226,7 +226,7 @@ class ShardedAliasTable:
         n = 0 if bad else num_samples
         problem = f"num_samples must be a non-negative int, got {num_samples!r}"
         g, g_host = _rank_generators(generator, self.device, self.rank)
-        if not self._compact:
+        if not self._compact or self.world_size > _MAX_FUSED_RANKS:
             return self._sample_pieces(n, bad, problem, ordered, g, g_host)
         if ordered:
             return self._sample_ordered(n, bad, problem, g)
@@ -333,8 +333,9 @@ class ShardedAliasTable:
                 got += c
 
     def _sample_pieces(self, n: int, bad: bool, problem: str, ordered: bool, g, g_host) -> torch.Tensor:
-        """Shards of several tables (past _MAX_PIECE categories): draws travel as int64
-        global indices, grouped by shard and placed by _interleave."""
+        """Shards of several tables (past _MAX_PIECE categories), or more ranks than a byte
+        labels: draws travel as int64 global indices, grouped by shard and placed by
+        _interleave."""
         if ordered:  # each output position's shard, i.i.d., on the device
             counts, labels = _split(self._shard_totals, n, g, ordered=True)
         else:  # the counts alone: world_size binomials, on the host
@@ -348,7 +349,7 @@ class ShardedAliasTable:
         group_start = [sum(mine[:r]) for r in range(self.world_size)]
         # What the other ranks asked of this shard goes out while this rank draws its own
         # share, in one piece.
-        send = self._draw_apart([0 if r == me else c for r, c in enumerate(asked)], g, ordered)
+        send = self._draw_apart([0 if r == me else c for r, c in enumerate(asked)], g, ordered, local=False)
         to_receive = [0 if r == me else c for r, c in enumerate(mine)]
         received = torch.empty(sum(to_receive), dtype=torch.int64, device=self.device)
         work = self._all_to_all(received, send, to_receive, [0 if r == me else c for r, c in enumerate(asked)],
@@ -519,6 +520,12 @@ class ShardedAliasTable:
         return (f"ShardedAliasTable(num_categories={self.num_categories}, rank={self.rank}, "
                 f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, device={self.device})")
 
+
+# Worlds up to this many ranks take the chunked calls with one pass per owner: ordered
+# labels are a byte (_ordered_labels), and unordered owners draw for each rank and
+# themselves (_alias_sample_segments: 256 segments at most). Larger worlds take
+# _sample_pieces.
+_MAX_FUSED_RANKS = 255
 
 # Draws travel in _CHUNKS chunks (each exchanged while the next is drawn) once the most
 # that one rank asks of another reaches _CHUNK_FROM; below that, in one
