@@ -6,8 +6,9 @@
 //
 //   word step:     k from word w's alias table over q_word (the sweep's counts); a draw of
 //                  s0 is kept with probability keep_own = q_word_others(s0) / q_word(s0),
-//                  else drawn again, twice, so that the proposal is q_word_others, which
-//                  leaves the token itself out;
+//                  else drawn again, at most twice, so that the proposal is q_word_others,
+//                  which leaves the token itself out, but for a third rejection (below
+//                  table(s0)^3), which proposes s0 anyway, as the example's torch chain does;
 //   document step: the sweep-start topic of another token of d at random, or a uniform
 //                  topic, in proportion (others : K alpha), i.e. q_doc_others;
 //   each step:     accept k with probability min(1, pi(k) q(s) / (pi(s) q(k))), pi the
