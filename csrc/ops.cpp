@@ -126,6 +126,25 @@ TORCH_LIBRARY(wrs, m) {
   // multiprocessors.
   m.def("_llm_route(int rows, int v, int num_samples=1, *, float temperature=1.0, int top_k=0, float top_p=1.0, "
         "float min_p=0.0, str per_row=\"\", int logprobs=0, int sms=132) -> str");
+  // Graph sampling over CSR (csrc/graph/graph.h states the layout and the laws).
+  // csr_alias_table: rowptr [N + 1] int64, weight [E] (any float dtype) -> int64 [E], each
+  // node's alias table over its edges (zero-sum rows marked; validate=True raises for bad
+  // rowptr or weights, with one host read).
+  m.def("csr_alias_table(Tensor rowptr, Tensor weight, *, bool validate=True) -> Tensor");
+  // k neighbours of each of nodes [S] (int64 or int32): with replacement i.i.d. from w / sum(w),
+  // without it successive sampling (all edges of positive weight where fewer than k). Returns
+  // neighbours, edge ids (int64 [S, k], -1 past each count) and counts (int64 [S]). table None:
+  // every edge weighs the same; weight (float32/64) is needed without replacement over a table.
+  m.def("csr_sample_neighbors(Tensor rowptr, Tensor col, Tensor? table, Tensor? weight, Tensor nodes, int k, "
+        "bool replace=True, *, bool validate=True, Generator? generator=None) -> (Tensor, Tensor, Tensor)",
+        {at::Tag::nondeterministic_seeded});
+  // Walks of walk_length steps from start [S]: int64 [S, walk_length + 1], the start first.
+  // First order (p = q = 1) or node2vec's second order; rows_sorted (a bool on the device)
+  // lets the neighbour test binary-search each row of col.
+  m.def("csr_random_walk(Tensor rowptr, Tensor col, Tensor? table, Tensor? weight, Tensor start, int walk_length, "
+        "float p=1.0, float q=1.0, *, Tensor? rows_sorted=None, bool validate=True, Generator? generator=None) "
+        "-> Tensor",
+        {at::Tag::nondeterministic_seeded});
   // Speculative decoding's rejection scheme: draft_probs [B, S, V], draft_tokens [B, S],
   // target_probs [B, S + 1, V] -> emitted tokens int64 [B, S + 1] (-1 after the last) and
   // the accepted draft count int64 [B]. The emitted tokens follow the target law exactly.

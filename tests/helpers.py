@@ -160,3 +160,68 @@ def assert_route(x, k, replacement, method, logits=False):
 
     got = _route(x, k, replacement, logits=logits)
     assert got == method, f"{tuple(x.shape)} k={k} replacement={replacement} logits={logits}: {got}, not {method}"
+
+
+def csr_from_degrees(degrees, generator, weights="lognormal", num_nodes=None):
+    """A CSR graph (int64 rowptr, col, float64 weight) with the given row degrees and random
+    columns in [0, num_nodes), rows sorted. weights: 'lognormal' (sigma 2), 'uniform', or
+    'dominant' (lognormal, then one edge of each row 1e6 times the row's sum)."""
+    degrees = torch.as_tensor(degrees, dtype=torch.int64)
+    n = num_nodes or max(len(degrees), 1)
+    rowptr = torch.zeros(len(degrees) + 1, dtype=torch.int64)
+    rowptr[1:] = torch.cumsum(degrees, 0)
+    e = int(rowptr[-1])
+    col = torch.randint(0, n, (e,), generator=generator)
+    row = torch.repeat_interleave(torch.arange(len(degrees)), degrees)
+    col = col[torch.argsort(row * n + col)]
+    if weights == "uniform":
+        w = torch.rand(e, generator=generator, dtype=torch.float64) + 0.01
+    else:
+        w = torch.exp(2.0 * torch.randn(e, generator=generator, dtype=torch.float64))
+    if weights == "dominant" and e:
+        first = rowptr[:-1][degrees > 0]
+        w[first] = 1e6 * torch.zeros(len(degrees), dtype=torch.float64).index_add_(0, row, w)[degrees > 0]
+    return rowptr, col, w
+
+
+def csr_mass(rowptr, table):
+    """Integer mass (units of 2**-32 of a bucket) each edge gets from its row's packed table,
+    and a bool per edge for rows marked dead (weights summing to zero)."""
+    rowptr, table = rowptr.cpu(), table.cpu()
+    degree = rowptr[1:] - rowptr[:-1]
+    e = table.numel()
+    start = torch.repeat_interleave(rowptr[:-1], degree, output_size=e)
+    dead = table == -(1 << 32)
+    threshold = (table & 0xFFFFFFFF) * ~dead
+    alias = (table >> 32) * ~dead
+    assert ((alias >= 0) & (alias < torch.repeat_interleave(degree, degree, output_size=e))).all(), "alias out of row"
+    mass = threshold.clone()
+    mass.index_add_(0, start + alias, (BUCKET - threshold) * ~dead)
+    return mass, dead
+
+
+def assert_csr_encodes(rowptr, table, weight):
+    """Each row's table encodes w / sum(w) of its edges exactly up to its fixed-point
+    resolution (the bound of assert_encodes, row by row); rows summing to zero are dead."""
+    rowptr, w = rowptr.cpu(), weight.detach().cpu().double()
+    mass, dead = csr_mass(rowptr, table)
+    degree = rowptr[1:] - rowptr[:-1]
+    rows = torch.repeat_interleave(torch.arange(len(degree)), degree, output_size=w.numel())
+    row_sum = torch.zeros(len(degree), dtype=torch.float64).index_add_(0, rows, w)
+    zero_rows = row_sum[rows] == 0
+    assert torch.equal(dead, zero_rows), "dead rows are not exactly the rows whose weights sum to zero"
+    row_mass = torch.zeros(len(degree), dtype=torch.int64).index_add_(0, rows, mass)
+    live = (row_sum > 0) & (degree > 0)
+    assert (row_mass[live] == degree[live] * BUCKET).all(), "a row's buckets do not each hold one bucket of mass"
+    ref = w / row_sum[rows] * (degree[rows].double() * BUCKET)
+    ref[zero_rows] = 0
+    err = mass.double() - ref
+    assert (mass[(w == 0) & ~zero_rows] == 0).all(), "a zero weight got mass"
+    light = ref < BUCKET - 1
+    bound = 0.5 + 1e-12 * ref + 1e-9
+    assert (err.abs()[light & ~zero_rows] <= bound[light & ~zero_rows]).all(), \
+        f"light edge off by {err.abs()[light & ~zero_rows].max().item()} units"
+    nonzero = torch.zeros(len(degree)).index_add_(0, rows, (w > 0).float()).double()
+    heavy_err = torch.zeros(len(degree), dtype=torch.float64).index_add_(0, rows, err.abs() * (~light))
+    limit = 0.5 * nonzero + 1e-12 * degree.double() * BUCKET + 1
+    assert (heavy_err <= limit).all(), f"heavy edges off by {(heavy_err - limit).max().item()} beyond the bound"

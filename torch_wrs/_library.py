@@ -128,3 +128,20 @@ def _filter_logits_fake(logits, *, temperature=None, temperature_value=1.0, top_
 def _speculative_accept_fake(draft_probs, draft_tokens, target_probs, *, generator=None):
     b, s = draft_tokens.shape
     return draft_probs.new_empty((b, s + 1), dtype=torch.int64), draft_probs.new_empty((b,), dtype=torch.int64)
+
+
+@torch.library.register_fake("wrs::csr_alias_table")
+def _csr_alias_table_fake(rowptr, weight, *, validate=True):
+    return weight.new_empty(weight.shape, dtype=torch.int64)
+
+
+@torch.library.register_fake("wrs::csr_sample_neighbors")
+def _csr_sample_neighbors_fake(rowptr, col, table, weight, nodes, k, replace=True, *, validate=True, generator=None):
+    n = nodes.shape[0]
+    return (rowptr.new_empty((n, k)), rowptr.new_empty((n, k)), rowptr.new_empty((n,)))
+
+
+@torch.library.register_fake("wrs::csr_random_walk")
+def _csr_random_walk_fake(rowptr, col, table, weight, start, walk_length, p=1.0, q=1.0, *, rows_sorted=None,
+                          validate=True, generator=None):
+    return rowptr.new_empty((start.shape[0], walk_length + 1))

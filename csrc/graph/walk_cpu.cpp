@@ -1,0 +1,96 @@
+// Random walks on the CPU (csr_random_walk): walk.h's steps, one walk at a time per thread.
+// Walk w draws from Philox subsequence w, so the walks do not depend on the thread count.
+#include "common/parallel.h"
+#include "common/philox.h"
+#include "graph/graph_ops.h"
+#include "graph/walk.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <atomic>
+
+namespace wrs::graph {
+namespace {
+
+// Block b of step s of walk w (graph.h's layout).
+struct StepBlocks {
+  const PhiloxSeed* seed;
+  uint64_t walk, first;
+  Words operator()(int64_t b) const {
+    at::philox_engine e(seed->seed, walk, seed->offset / 4 + first + static_cast<uint64_t>(b));
+    const uint32_t x = e(), y = e(), z = e(), w = e();
+    return Words{x, y, z, w};
+  }
+};
+
+template <typename col_t, typename w_t>
+void walks(const Graph<col_t>& g, const w_t* weight, int64_t nodes, const int64_t* start, int64_t count,
+           int64_t length, double p, double q, bool sorted, const PhiloxSeed& seed, int64_t* out,
+           std::atomic<uint32_t>& flags) {
+  const bool second = p != 1.0 || q != 1.0;
+  const Bias bias = node2vec_bias(p, q);
+  const int64_t per_step = step_blocks(second);
+  wrs::parallel_for(0, count, 64, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      int64_t* o = out + w * (length + 1);
+      int64_t v = start[w];
+      if (v < 0 || v >= nodes) {
+        for (int64_t s = 0; s <= length; ++s) o[s] = -1;
+        flags.fetch_or(kNodeOutOfRange);
+        continue;
+      }
+      o[0] = v;
+      int64_t t = -1;
+      for (int64_t s = 0; s < length; ++s) {
+        StepBlocks blocks{&seed, static_cast<uint64_t>(w), static_cast<uint64_t>(s * per_step)};
+        const Row row = row_at(g.rowptr, v, g.edges);
+        const int64_t x = second && t >= 0 ? node2vec_step(g, weight, row, v, t, bias, sorted, blocks)
+                                           : first_order_step(g, row, v, blocks);
+        o[s + 1] = x;
+        t = v;
+        v = x;
+      }
+    }
+  });
+}
+
+at::Tensor csr_random_walk_cpu(const at::Tensor& rowptr_in, const at::Tensor& col_in,
+                               const std::optional<at::Tensor>& table_in, const std::optional<at::Tensor>& weight_in,
+                               const at::Tensor& start_in, int64_t walk_length, double p, double q,
+                               const std::optional<at::Tensor>& rows_sorted, bool validate,
+                               std::optional<at::Generator> generator) {
+  constexpr const char* op = "csr_random_walk";
+  check_sampling(op, rowptr_in, col_in, table_in, weight_in, start_in, "start");
+  check_walk_args(op, walk_length, p, q, table_in.has_value(), weight_in.has_value());
+  const at::Tensor rowptr = rowptr_in.contiguous(), col = col_in.contiguous();
+  const at::Tensor start = start_in.to(at::kLong).contiguous();
+  const at::Tensor table = table_in.has_value() ? table_in->contiguous() : at::Tensor();
+  const at::Tensor weight = weight_in.has_value() ? weight_in->contiguous() : at::Tensor();
+  const int64_t count = start.numel();
+  at::Tensor out = at::empty({count, walk_length + 1}, rowptr.options());
+  if (count == 0) return out;
+  const bool sorted = rows_sorted.has_value() && rows_sorted->item<bool>();
+  const PhiloxSeed seed = cpu_philox_seed(generator);
+  std::atomic<uint32_t> flags{0};
+  AT_DISPATCH_INDEX_TYPES(col.scalar_type(), "csr_random_walk_cpu", [&] {
+    using col_t = index_t;
+    const Graph<col_t> g{rowptr.const_data_ptr<int64_t>(), col.const_data_ptr<col_t>(),
+                         table.defined() ? table.const_data_ptr<int64_t>() : nullptr, col.numel()};
+    const at::ScalarType wt = weight.defined() ? weight.scalar_type() : at::kFloat;
+    AT_DISPATCH_FLOATING_TYPES(wt, "csr_random_walk_cpu", [&] {
+      walks(g, weight.defined() ? weight.const_data_ptr<scalar_t>() : nullptr, rowptr.numel() - 1,
+            start.const_data_ptr<int64_t>(), count, walk_length, p, q, sorted, seed, out.mutable_data_ptr<int64_t>(),
+            flags);
+    });
+  });
+  if (validate) raise_graph_flags(flags.load(), op);  // else the documented result, as on CUDA
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(wrs, CPU, m) { m.impl("csr_random_walk", &csr_random_walk_cpu); }
+
+}  // namespace wrs::graph

@@ -1,0 +1,112 @@
+// Random walks on CUDA (csr_random_walk): a thread per walk, walk.h's steps. A step is a
+// chain of dependent loads (rowptr, then the bucket and its neighbour together), so the
+// kernel keeps as many walks in flight as the SMs hold and lets the loads overlap.
+#include "common/cuda_utils.cuh"
+#include "common/philox_cuda.cuh"
+#include "graph/graph_ops.h"
+#include "graph/status_cuda.cuh"
+#include "graph/walk.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+namespace wrs::graph {
+namespace {
+
+constexpr int kThreads = 128;
+
+struct StepBlocks {
+  PhiloxSeed seed;
+  uint64_t walk, first;
+  __device__ Words operator()(int64_t b) const {
+    const uint4 r = philox_block_at(seed.seed, seed.offset / 4 + first + static_cast<uint64_t>(b), walk);
+    return Words{r.x, r.y, r.z, r.w};
+  }
+};
+
+template <typename col_t, typename w_t, bool kSecond>
+__global__ void __launch_bounds__(kThreads)
+    walk_kernel(Graph<col_t> g, const w_t* weight, int64_t nodes, const int64_t* start, int64_t count,
+                int64_t length, Bias bias, const bool* rows_sorted, at::PhiloxCudaState philox, int64_t* out,
+                uint32_t* status) {
+  const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (w >= count) return;
+  int64_t* o = out + w * (length + 1);
+  int64_t v = start[w];
+  if (v < 0 || v >= nodes) {
+    for (int64_t s = 0; s <= length; ++s) o[s] = -1;
+    atomicOr(status, kNodeOutOfRange);
+    return;
+  }
+  const bool sorted = kSecond && rows_sorted != nullptr && *rows_sorted;
+  StepBlocks blocks{philox_seed(philox), static_cast<uint64_t>(w), 0};
+  o[0] = v;
+  int64_t t = -1;
+  for (int64_t s = 0; s < length; ++s) {
+    blocks.first = static_cast<uint64_t>(s * step_blocks(kSecond));
+    const Row row = row_at(g.rowptr, v, g.edges);
+    const int64_t x = kSecond && t >= 0 ? node2vec_step(g, weight, row, v, t, bias, sorted, blocks)
+                                        : first_order_step(g, row, v, blocks);
+    o[s + 1] = x;
+    t = v;
+    v = x;
+  }
+}
+
+at::Tensor csr_random_walk_cuda(const at::Tensor& rowptr_in, const at::Tensor& col_in,
+                                const std::optional<at::Tensor>& table_in, const std::optional<at::Tensor>& weight_in,
+                                const at::Tensor& start_in, int64_t walk_length, double p, double q,
+                                const std::optional<at::Tensor>& rows_sorted_in, bool validate,
+                                std::optional<at::Generator> generator) {
+  constexpr const char* op = "csr_random_walk";
+  check_sampling(op, rowptr_in, col_in, table_in, weight_in, start_in, "start");
+  check_walk_args(op, walk_length, p, q, table_in.has_value(), weight_in.has_value());
+  const c10::cuda::CUDAGuard guard(rowptr_in.device());
+  const at::Tensor rowptr = rowptr_in.contiguous(), col = col_in.contiguous();
+  const at::Tensor start = start_in.to(at::kLong).contiguous();
+  const at::Tensor table = table_in.has_value() ? table_in->contiguous() : at::Tensor();
+  const at::Tensor weight = weight_in.has_value() ? weight_in->contiguous() : at::Tensor();
+  at::Tensor rows_sorted;
+  if (rows_sorted_in.has_value()) {
+    TORCH_CHECK(rows_sorted_in->numel() == 1 && rows_sorted_in->scalar_type() == at::kBool &&
+                    rows_sorted_in->device() == rowptr.device(),
+                op, ": rows_sorted must be a one-element bool tensor on rowptr's device");
+    rows_sorted = rows_sorted_in->contiguous();
+  }
+  const int64_t count = start.numel();
+  at::Tensor out = at::empty({count, walk_length + 1}, rowptr.options());
+  if (count == 0) return out;
+  const bool second = p != 1.0 || q != 1.0;
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  CallStatus status(validate, rowptr.options(), stream);
+  const uint64_t words = 4 * static_cast<uint64_t>(walk_length) * static_cast<uint64_t>(step_blocks(second));
+  const auto philox = cuda_philox_state(generator, rowptr.device().index(), words);
+  AT_DISPATCH_INDEX_TYPES(col.scalar_type(), "csr_random_walk_cuda", [&] {
+    using col_t = index_t;
+    const Graph<col_t> g{rowptr.const_data_ptr<int64_t>(), col.const_data_ptr<col_t>(),
+                         table.defined() ? table.const_data_ptr<int64_t>() : nullptr, col.numel()};
+    const at::ScalarType wt = weight.defined() ? weight.scalar_type() : at::kFloat;
+    AT_DISPATCH_FLOATING_TYPES(wt, "csr_random_walk_cuda", [&] {
+      const scalar_t* wp = weight.defined() ? weight.const_data_ptr<scalar_t>() : nullptr;
+      const bool* sp = rows_sorted.defined() ? rows_sorted.const_data_ptr<bool>() : nullptr;
+      auto launch = [&](auto kernel) {
+        kernel<<<ceil_div(count, kThreads), kThreads, 0, stream>>>(
+            g, wp, rowptr.numel() - 1, start.const_data_ptr<int64_t>(), count, walk_length, node2vec_bias(p, q), sp,
+            philox, out.mutable_data_ptr<int64_t>(), status.bits());
+      };
+      if (second) launch(walk_kernel<col_t, scalar_t, true>); else launch(walk_kernel<col_t, scalar_t, false>);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  raise_graph_flags(status.read(), op);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(wrs, CUDA, m) { m.impl("csr_random_walk", &csr_random_walk_cuda); }
+
+}  // namespace wrs::graph
