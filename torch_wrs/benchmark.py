@@ -18,6 +18,10 @@
                                                  # LLM sampling vs FlashInfer and a torch sort path
                                                  # (torch_wrs/benchmark_llm.py); --merge A.md B.md
                                                  # --out FILE joins the reports of --dtypes calls
+    python -m torch_wrs.benchmark graph [--graph-scales 21:16,24:8] [--out FILE]
+                                                 # graph sampling (CSR alias tables, neighbours,
+                                                 # walks) vs torch and torch_cluster on R-MAT
+                                                 # (torch_wrs/benchmark_graph.py)
     torchrun --nproc_per_node=2 -m torch_wrs.benchmark distributed
                                                  # ShardedAliasTable over NCCL vs one GPU
                                                  # (torch_wrs/benchmark_distributed.py);
@@ -780,7 +784,7 @@ def _cell_name(c):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "gamma-sweep", "radix",
-                                             "sweep", "contended-sweep", "distributed", "llm"])
+                                             "sweep", "contended-sweep", "distributed", "llm", "graph"])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="for `sweep` and `gamma-sweep`")
     parser.add_argument("--out", default="", help="the sweeps: also write the report to this file")
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling` and `radix`")
@@ -801,7 +805,10 @@ def main():
                              "and speculative acceptance), so that a GPU call can take part of the grid")
     parser.add_argument("--merge", nargs="+", default=[], metavar="REPORT",
                         help="`llm`: join the reports of several --dtypes calls into --out (no GPU needed)")
+    parser.add_argument("--graph-scales", default="21:16,24:8", metavar="S:F,...",
+                        help="`graph`: R-MAT graphs of 2^S nodes and F * 2^S edges before symmetrising")
     args = parser.parse_args()
+    args.graph_scales = [tuple(int(x) for x in c.split(":")) for c in args.graph_scales.split(",") if c]
     if args.merge:
         if args.what != "llm" or not args.out:
             raise SystemExit("--merge joins `llm` reports and needs --out")
@@ -821,6 +828,10 @@ def main():
         return run(args)
     if args.what == "llm":
         from .benchmark_llm import run
+
+        return run(args)
+    if args.what == "graph":
+        from .benchmark_graph import run
 
         return run(args)
     {"construction": construction, "sampling": sampling, "multinomial": multinomial_cases,
