@@ -249,15 +249,32 @@ class CSRAliasTable:
         return f"CSRAliasTable(num_nodes={self.num_nodes}, num_edges={self.num_edges}, {kind}, device={self.device})"
 
 
+_NONE = torch.iinfo(torch.int64).max
+
+
+def _first_appearances(dst: torch.Tensor, local: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """The entries of dst not yet in `local` (-1 there), each once, in the order they first
+    appear. `first` is scratch of N entries holding _NONE, and is left so."""
+    position = torch.arange(dst.numel(), device=dst.device)
+    fresh = local[dst] < 0
+    first.scatter_reduce_(0, dst, torch.where(fresh, position, _NONE), "amin")
+    new = dst[fresh & (first[dst] == position)]
+    first[dst] = _NONE
+    return new
+
+
 def _multi_hop(graph: CSRAliasTable, seeds: torch.Tensor, num_neighbors: Sequence[int], replace: bool,
                generator: Optional[torch.Generator]):
     device = graph.device
     seeds = seeds.to(device=device, dtype=torch.int64)
     n = graph.num_nodes
-    if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
-        raise RuntimeError("neighbor_sample: a seed is outside [0, N), N = rowptr.numel() - 1")
+    if seeds.numel():
+        low, high = torch.aminmax(seeds)
+        if int(low) < 0 or int(high) >= n:
+            raise RuntimeError("neighbor_sample: a seed is outside [0, N), N = rowptr.numel() - 1")
     local = torch.full((n,), -1, dtype=torch.int64, device=device)  # global id -> position in `node`
     local[seeds] = torch.arange(seeds.numel(), device=device)
+    first = torch.full((n,), _NONE, dtype=torch.int64, device=device)
     nodes: List[torch.Tensor] = [seeds]
     rows: List[torch.Tensor] = []
     cols: List[torch.Tensor] = []
@@ -271,18 +288,13 @@ def _multi_hop(graph: CSRAliasTable, seeds: torch.Tensor, num_neighbors: Sequenc
         if k < 0:  # every edge, as pyg-lib
             degree = graph.rowptr[frontier + 1] - graph.rowptr[frontier]
             counts = degree
-            first = torch.repeat_interleave(graph.rowptr[frontier] - torch.cumsum(degree, 0) + degree, degree)
-            eid = first + torch.arange(first.numel(), device=device)
+            first_edge = torch.repeat_interleave(graph.rowptr[frontier] - torch.cumsum(degree, 0) + degree, degree)
+            eid = first_edge + torch.arange(first_edge.numel(), device=device)
             dst = graph.col[eid].long()
         else:
             dst, eid, counts = graph.sample_neighbors(frontier, int(k), replace=replace, generator=generator)
         src = torch.repeat_interleave(frontier_local, counts, output_size=eid.numel())
-        # New nodes, in the order they first appear (pyg-lib's order).
-        fresh = dst[local[dst] < 0]
-        unique, inverse = torch.unique(fresh, return_inverse=True)
-        first_seen = torch.full((unique.numel(),), fresh.numel(), dtype=torch.int64, device=device)
-        first_seen.scatter_reduce_(0, inverse, torch.arange(fresh.numel(), device=device), "amin")
-        new = unique[torch.argsort(first_seen)]
+        new = _first_appearances(dst, local, first)  # pyg-lib's order of new nodes
         local[new] = torch.arange(total, total + new.numel(), device=device)
         rows.append(src)
         cols.append(local[dst])

@@ -98,15 +98,23 @@ __global__ void tile_rows_kernel(const int64_t* rowptr, int64_t nodes, int64_t e
   tile_row[2 * t + 1] = row_of(rowptr, r0, nodes - 1, last);
 }
 
-// A thread's items (blocked: thread k holds tile positions k * kItems + i) and their rows.
+// A thread's items (blocked: thread k holds tile positions k * kItems + i) and their rows:
+// a binary search for the first, then a walk along rowptr (a few empty rows at most,
+// else another search), so neighbouring items cost one cached load each.
 struct Items {
   int64_t row[kItems];
   __device__ Items(const int64_t* rowptr, const TileSpan& t) {
-    int64_t r = t.row0;
+    const int64_t p0 = threadIdx.x * kItems;
+    int64_t r = row_of(rowptr, t.row0, t.row1, t.first + (p0 < t.count ? p0 : t.count - 1));
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      const int64_t p = threadIdx.x * kItems + i;
+      const int64_t p = p0 + i;
       const int64_t e = t.first + (p < t.count ? p : t.count - 1);
+      int walked = 0;
+      while (rowptr[r + 1] <= e && walked < 8) {
+        ++r;
+        ++walked;
+      }
       if (rowptr[r + 1] <= e) r = row_of(rowptr, r + 1, t.row1, e);
       row[i] = r;
     }

@@ -29,6 +29,11 @@ enum GraphFlags : uint32_t {
   kRowTooLong = 256u,     // a row of 2^31 edges or more (row-local aliases are 32-bit)
 };
 
+// One Philox block: four 32-bit words.
+struct Words {
+  uint32_t x, y, z, w;
+};
+
 // A row's span of edges, clamped into [0, edges] and non-decreasing, so that a malformed
 // rowptr (which validate=True reports) never sends a read out of range.
 struct Row {

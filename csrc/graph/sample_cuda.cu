@@ -1,11 +1,12 @@
 // Neighbour sampling on CUDA (csr_sample_neighbors). With replacement, a thread draws two
 // of a seed's k neighbours (one Philox block); the seed's rowptr entries and its row's
-// sectors are shared through L1 by the threads of one seed. Without replacement, a warp
-// runs a seed's trials 32 at a time and keeps the first occurrences in trial order, so
-// the draws are exactly those of the CPU's one-at-a-time loop (sample_cpu.cpp).
+// sectors are shared through L1 by the threads of one seed. Without replacement, a thread
+// runs a seed's trials in order (sample.h, the CPU's loop), two table loads in flight at a time.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
+#include "graph/blocks.h"
 #include "graph/graph_ops.h"
+#include "graph/sample.h"
 #include "graph/status_cuda.cuh"
 
 #include <ATen/Dispatch.h>
@@ -18,7 +19,6 @@ namespace wrs::graph {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr unsigned kFull = 0xFFFFFFFFu;
 
 template <typename col_t, typename w_t>
 struct Sampling {
@@ -82,127 +82,24 @@ __global__ void __launch_bounds__(kThreads)
   if (h == 0) s.count[i] = live ? s.k : 0;
 }
 
-__device__ inline unsigned lanes_below() {
-  unsigned m;
-  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
-  return m;
-}
-
-// Whether edge e is among the first j accepted of seed i (the accepted list is the output).
-__device__ inline bool taken(const int64_t* eid, int64_t j, int64_t e) {
-  for (int64_t a = 0; a < j; ++a) {
-    if (eid[a] == e) return true;
-  }
-  return false;
-}
-
-// A warp's sum of the row's untaken masses, chunk by chunk in a fixed order: the same
-// rounding in the pass that totals and the pass that finds. Returns the total; with
-// `u` >= 0 also the first edge whose running sum passes u in *found (else the last edge
-// of positive mass).
-template <typename col_t, typename w_t>
-__device__ double scan_rest(const Sampling<col_t, w_t>& s, const Row& row, const int64_t* eid, int64_t j, double u,
-                            int64_t* found) {
-  const int lane = threadIdx.x % 32;
-  double acc = 0;
-  int64_t last = -1;
-  for (int64_t base = 0; base < row.degree; base += 32) {
-    const int64_t e = row.start + base + lane;
-    const double m = base + lane < row.degree && !taken(eid, j, e) ? s.mass(e) : 0.0;
-    double prefix = m;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const double y = __shfl_up_sync(kFull, prefix, d);
-      if (lane >= d) prefix += y;
-    }
-    const double chunk = __shfl_sync(kFull, prefix, 31);
-    if (u >= 0) {
-      const unsigned pos = __ballot_sync(kFull, m > 0);
-      if (pos) last = row.start + base + (31 - __clz(pos));
-      const unsigned hit = __ballot_sync(kFull, m > 0 && acc + prefix > u);
-      if (hit) {
-        *found = row.start + base + (__ffs(hit) - 1);
-        return acc + chunk;
-      }
-    }
-    acc += chunk;
-  }
-  if (u >= 0) *found = last;
-  return acc;
-}
-
-// A warp per seed: successive sampling, as sample_cpu.cpp's `distinct`.
+// A thread per seed: successive sampling, sample.h's loop (the CPU's).
 template <typename col_t, typename w_t>
 __global__ void __launch_bounds__(kThreads)
     distinct_kernel(Sampling<col_t, w_t> s, at::PhiloxCudaState philox) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
-  const PhiloxSeed seed = philox_seed(philox);
-  const int64_t budget = trial_budget(s.k);
-  for (int64_t i = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) / 32; i < s.seeds; i += warps) {
-    int64_t* eid = s.eid + i * s.k;
-    int64_t* nbr = s.nbr + i * s.k;
-    const int64_t v = s.node(i);
-    if (v < 0 && lane == 0) atomicOr(s.status, kNodeOutOfRange);
-    const Row row = v >= 0 ? row_at(s.rowptr, v, s.edges) : Row{0, 0};
-    int64_t j = 0;
-    if (row.degree <= s.k) {  // every edge of positive weight, in CSR order
-      for (int64_t base = 0; base < row.degree; base += 32) {
-        const int64_t e = row.start + base + lane;
-        const bool keep = base + lane < row.degree && s.mass(e) > 0;
-        const unsigned all = __ballot_sync(kFull, keep);
-        if (keep) {
-          const int64_t at = j + __popc(all & lanes_below());
-          eid[at] = e;
-          nbr[at] = static_cast<int64_t>(s.col[e]);
-        }
-        j += __popc(all);
-      }
-    } else {
-      const int64_t* rt = s.table == nullptr ? nullptr : s.table + row.start;
-      const uint64_t n = static_cast<uint64_t>(row.degree);
-      bool dead = false;
-      for (int64_t t0 = 0; t0 < budget && j < s.k; t0 += 32) {
-        const int64_t t = t0 + lane;
-        const uint4 r = philox_block_at(seed.seed, seed.offset / 4 + static_cast<uint64_t>(t / 2),
-                                        static_cast<uint64_t>(i));
-        const int64_t off = draw_offset(rt, n, t % 2 ? r.z : r.x, t % 2 ? r.w : r.y);
-        if (__any_sync(kFull, off < 0)) {  // a dead row: every bucket says so
-          dead = true;
-          break;
-        }
-        const int64_t e = row.start + off;
-        const bool first = (__match_any_sync(kFull, static_cast<unsigned long long>(e)) & lanes_below()) == 0;
-        const bool fresh = first && !taken(eid, j, e);
-        const unsigned all = __ballot_sync(kFull, fresh);
-        const int64_t rank = __popc(all & lanes_below());
-        if (fresh && rank < s.k - j) {
-          eid[j + rank] = e;
-          nbr[j + rank] = static_cast<int64_t>(s.col[e]);
-        }
-        j += min(static_cast<int64_t>(__popc(all)), s.k - j);
-        __syncwarp();
-      }
-      // Past the budget: exact draws by inversion over the untaken rest of the row.
-      for (int64_t m = 0; !dead && j < s.k; ++m) {
-        const double total = scan_rest(s, row, eid, j, -1.0, nullptr);
-        if (!(total > 0)) break;
-        const uint4 r = philox_block_at(seed.seed, seed.offset / 4 + static_cast<uint64_t>(budget / 2 + m),
-                                        static_cast<uint64_t>(i));
-        int64_t pick = -1;
-        scan_rest(s, row, eid, j, open_uniform(r.x, r.y) * total, &pick);
-        if (lane == 0) {
-          eid[j] = pick;
-          nbr[j] = static_cast<int64_t>(s.col[pick]);
-        }
-        ++j;
-        __syncwarp();
-      }
-      if (dead) j = 0;
-    }
-    for (int64_t a = j + lane; a < s.k; a += 32) eid[a] = nbr[a] = -1;
-    if (lane == 0) s.count[i] = j;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= s.seeds) return;
+  const SeedOut<col_t> out{s.col, s.eid + i * s.k, s.nbr + i * s.k};
+  CudaBlocks blocks{philox_seed(philox), static_cast<uint64_t>(i), 0};
+  const int64_t v = s.node(i);
+  int64_t j = 0;
+  if (v < 0) {
+    atomicOr(s.status, kNodeOutOfRange);
+  } else {
+    const Row row = row_at(s.rowptr, v, s.edges);
+    j = draws_without_replacement(row, s.table == nullptr ? nullptr : s.table + row.start, s.weight, s.k, out, blocks);
   }
+  s.count[i] = j;
+  for (; j < s.k; ++j) out.eid[j] = out.nbr[j] = -1;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_sample_neighbors_cuda(
@@ -247,7 +144,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_sample_neighbors_cuda(
         const int64_t threads = count * std::max<int64_t>(replace_blocks(k), 1);
         replace_kernel<<<ceil_div(threads, kThreads), kThreads, 0, stream>>>(s, philox);
       } else {
-        distinct_kernel<<<grid_for(count * 32, kThreads), kThreads, 0, stream>>>(s, philox);
+        distinct_kernel<<<ceil_div(count, kThreads), kThreads, 0, stream>>>(s, philox);
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });

@@ -13,10 +13,6 @@
 
 namespace wrs::graph {
 
-struct Words {
-  uint32_t x, y, z, w;
-};
-
 // The neighbours of a node (its span of col) and, for node2vec, whether rows are sorted.
 template <typename col_t>
 struct Graph {

@@ -1,7 +1,7 @@
 // Random walks on the CPU (csr_random_walk): walk.h's steps, one walk at a time per thread.
 // Walk w draws from Philox subsequence w, so the walks do not depend on the thread count.
 #include "common/parallel.h"
-#include "common/philox.h"
+#include "graph/blocks.h"
 #include "graph/graph_ops.h"
 #include "graph/walk.h"
 
@@ -13,17 +13,6 @@
 
 namespace wrs::graph {
 namespace {
-
-// Block b of step s of walk w (graph.h's layout).
-struct StepBlocks {
-  const PhiloxSeed* seed;
-  uint64_t walk, first;
-  Words operator()(int64_t b) const {
-    at::philox_engine e(seed->seed, walk, seed->offset / 4 + first + static_cast<uint64_t>(b));
-    const uint32_t x = e(), y = e(), z = e(), w = e();
-    return Words{x, y, z, w};
-  }
-};
 
 template <typename col_t, typename w_t>
 void walks(const Graph<col_t>& g, const w_t* weight, int64_t nodes, const int64_t* start, int64_t count,
@@ -44,7 +33,7 @@ void walks(const Graph<col_t>& g, const w_t* weight, int64_t nodes, const int64_
       o[0] = v;
       int64_t t = -1;
       for (int64_t s = 0; s < length; ++s) {
-        StepBlocks blocks{&seed, static_cast<uint64_t>(w), static_cast<uint64_t>(s * per_step)};
+        CpuBlocks blocks{&seed, static_cast<uint64_t>(w), static_cast<uint64_t>(s * per_step)};
         const Row row = row_at(g.rowptr, v, g.edges);
         const int64_t x = second && t >= 0 ? node2vec_step(g, weight, row, v, t, bias, sorted, blocks)
                                            : first_order_step(g, row, v, blocks);

@@ -3,6 +3,7 @@
 // kernel keeps as many walks in flight as the SMs hold and lets the loads overlap.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
+#include "graph/blocks.h"
 #include "graph/graph_ops.h"
 #include "graph/status_cuda.cuh"
 #include "graph/walk.h"
@@ -17,42 +18,45 @@ namespace wrs::graph {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kChunk = 8;  // steps staged in shared memory between coalesced stores
 
-struct StepBlocks {
-  PhiloxSeed seed;
-  uint64_t walk, first;
-  __device__ Words operator()(int64_t b) const {
-    const uint4 r = philox_block_at(seed.seed, seed.offset / 4 + first + static_cast<uint64_t>(b), walk);
-    return Words{r.x, r.y, r.z, r.w};
-  }
-};
-
+// A block's walks write their positions kChunk at a time through shared memory: a warp's
+// store then covers four walks' 64 contiguous bytes each, not 32 scattered 8-byte words.
 template <typename col_t, typename w_t, bool kSecond>
 __global__ void __launch_bounds__(kThreads)
     walk_kernel(Graph<col_t> g, const w_t* weight, int64_t nodes, const int64_t* start, int64_t count,
                 int64_t length, Bias bias, const bool* rows_sorted, at::PhiloxCudaState philox, int64_t* out,
                 uint32_t* status) {
-  const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (w >= count) return;
-  int64_t* o = out + w * (length + 1);
-  int64_t v = start[w];
-  if (v < 0 || v >= nodes) {
-    for (int64_t s = 0; s <= length; ++s) o[s] = -1;
-    atomicOr(status, kNodeOutOfRange);
-    return;
-  }
+  __shared__ int64_t staged[kThreads][kChunk + 1];  // +1: a thread's row starts in another bank
+  const int64_t w0 = blockIdx.x * static_cast<int64_t>(kThreads);
+  const int64_t w = w0 + threadIdx.x;
+  int64_t v = w < count ? start[w] : 0;
+  const bool valid = w < count && v >= 0 && v < nodes;
+  if (w < count && !valid) atomicOr(status, kNodeOutOfRange);
   const bool sorted = kSecond && rows_sorted != nullptr && *rows_sorted;
-  StepBlocks blocks{philox_seed(philox), static_cast<uint64_t>(w), 0};
-  o[0] = v;
+  CudaBlocks blocks{philox_seed(philox), static_cast<uint64_t>(w), 0};
   int64_t t = -1;
-  for (int64_t s = 0; s < length; ++s) {
-    blocks.first = static_cast<uint64_t>(s * step_blocks(kSecond));
-    const Row row = row_at(g.rowptr, v, g.edges);
-    const int64_t x = kSecond && t >= 0 ? node2vec_step(g, weight, row, v, t, bias, sorted, blocks)
-                                        : first_order_step(g, row, v, blocks);
-    o[s + 1] = x;
-    t = v;
-    v = x;
+  const int64_t walks = count - w0 < kThreads ? count - w0 : kThreads;
+  for (int64_t s0 = 0; s0 <= length; s0 += kChunk) {
+    const int64_t positions = length + 1 - s0 < kChunk ? length + 1 - s0 : kChunk;
+    for (int64_t j = 0; j < positions; ++j) {
+      const int64_t s = s0 + j;  // position s; step s - 1 leads to it
+      if (valid && s > 0) {
+        blocks.first = static_cast<uint64_t>((s - 1) * step_blocks(kSecond));
+        const Row row = row_at(g.rowptr, v, g.edges);
+        const int64_t x = kSecond && t >= 0 ? node2vec_step(g, weight, row, v, t, bias, sorted, blocks)
+                                            : first_order_step(g, row, v, blocks);
+        t = v;
+        v = x;
+      }
+      staged[threadIdx.x][j] = valid ? v : -1;
+    }
+    __syncthreads();
+    for (int64_t k = threadIdx.x; k < walks * positions; k += kThreads) {
+      const int64_t walk = k / positions, j = k - walk * positions;
+      out[(w0 + walk) * (length + 1) + s0 + j] = staged[walk][j];
+    }
+    __syncthreads();
   }
 }
 
