@@ -40,20 +40,26 @@ C10_HOST_DEVICE inline int64_t draws_with_replacement(const Row& row, const int6
   return k;
 }
 
+template <typename w_t>
+C10_HOST_DEVICE inline double edge_mass(const w_t* weight, int64_t e) {
+  return weight == nullptr ? 1.0 : static_cast<double>(weight[e]);
+}
+
 // Successive sampling: the first k distinct edges of i.i.d. trials from the row's table,
 // in trial order (trial t: half t % 2 of block t / 2), which is the law of drawing each
-// next edge from the weights of those not yet drawn. Past the trial budget (the drawn
-// edges hold most of the row's mass), each remaining draw is exact by inversion over the
-// untaken rest of the row (block budget / 2 + m for the m-th). A row of at most k edges
-// gives every edge of positive mass, in CSR order. Returns the count.
+// next edge from the weights of those not yet drawn. A row of at most k edges gives every
+// edge of positive mass, in CSR order. Returns the count so far; `done` is false when the
+// trial budget ran out first (the drawn edges hold most of the row's mass), and the rest
+// is then drawn by inversion (invert_rest, or its block-wide form on CUDA).
 template <typename col_t, typename w_t, typename Blocks>
-C10_HOST_DEVICE inline int64_t draws_without_replacement(const Row& row, const int64_t* rt, const w_t* weight,
-                                                         int64_t k, const SeedOut<col_t>& out, Blocks& block) {
-  auto mass = [&](int64_t e) { return weight == nullptr ? 1.0 : static_cast<double>(weight[e]); };
+C10_HOST_DEVICE inline int64_t trials_without_replacement(const Row& row, const int64_t* rt, const w_t* weight,
+                                                          int64_t k, const SeedOut<col_t>& out, Blocks& block,
+                                                          bool& done) {
   int64_t j = 0;
+  done = true;
   if (row.degree <= k) {
     for (int64_t e = row.start; e < row.start + row.degree; ++e) {
-      if (mass(e) > 0) out.put(j++, e);
+      if (edge_mass(weight, e) > 0) out.put(j++, e);
     }
     return j;
   }
@@ -67,16 +73,26 @@ C10_HOST_DEVICE inline int64_t draws_without_replacement(const Row& row, const i
     if (!out.taken(j, row.start + o0)) out.put(j++, row.start + o0);
     if (j < k && !out.taken(j, row.start + o1)) out.put(j++, row.start + o1);
   }
+  done = j == k;
+  return j;
+}
+
+// The m-th draw after the trials (Philox block trial_budget(k) / 2 + m): the untaken edge
+// where the running sum of untaken masses, in CSR order, passes u * total.
+template <typename col_t, typename w_t, typename Blocks>
+C10_HOST_DEVICE inline int64_t invert_rest(const Row& row, const w_t* weight, int64_t k, int64_t j,
+                                           const SeedOut<col_t>& out, Blocks& block) {
+  const int64_t budget = trial_budget(k);
   for (int64_t m = 0; j < k; ++m) {
     double total = 0;
-    for (int64_t e = row.start; e < row.start + row.degree; ++e) total += out.taken(j, e) ? 0.0 : mass(e);
+    for (int64_t e = row.start; e < row.start + row.degree; ++e) total += out.taken(j, e) ? 0.0 : edge_mass(weight, e);
     if (!(total > 0)) break;
     const Words r = block(budget / 2 + m);
     const double u = open_uniform(r.x, r.y) * total;
     double acc = 0;
     int64_t pick = -1;
     for (int64_t e = row.start; e < row.start + row.degree; ++e) {
-      const double x = out.taken(j, e) ? 0.0 : mass(e);
+      const double x = out.taken(j, e) ? 0.0 : edge_mass(weight, e);
       if (x > 0) pick = e;
       acc += x;
       if (x > 0 && acc > u) break;

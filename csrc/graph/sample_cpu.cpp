@@ -56,8 +56,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_sample_neighbors_cpu(
           } else {
             const Row row = row_at(rp, v[i], edges);
             const int64_t* rt = tp == nullptr ? nullptr : tp + row.start;
+            bool done = true;
             j = replace ? draws_with_replacement(row, rt, k, out, blocks)
-                        : draws_without_replacement(row, rt, wp, k, out, blocks);
+                        : trials_without_replacement(row, rt, wp, k, out, blocks, done);
+            if (!done) j = invert_rest(row, wp, k, j, out, blocks);
           }
           count_p[i] = j;
           for (; j < k; ++j) out.eid[j] = out.nbr[j] = -1;

@@ -26,14 +26,12 @@ template <typename col_t, typename Blocks>
 C10_HOST_DEVICE inline int64_t first_order_step(const Graph<col_t>& g, const Row& row, int64_t v, Blocks& block) {
   if (row.degree == 0) return v;
   const Words r = block(0);
-  const alias::BucketDraw d = alias::draw_bucket(static_cast<uint64_t>(row.degree), r.x, r.y);
-  // Both loads at once: the bucket's own neighbour is the answer unless the coin says alias.
-  const int64_t own = static_cast<int64_t>(g.col[row.start + static_cast<int64_t>(d.bucket)]);
-  if (g.table == nullptr) return own;
-  const int64_t entry = g.table[row.start + static_cast<int64_t>(d.bucket)];
-  const int64_t off = resolve(d, entry, static_cast<uint64_t>(row.degree));
-  if (off < 0) return v;
-  return off == static_cast<int64_t>(d.bucket) ? own : static_cast<int64_t>(g.col[row.start + off]);
+  const int64_t off = draw_offset(g.table == nullptr ? nullptr : g.table + row.start,
+                                  static_cast<uint64_t>(row.degree), r.x, r.y);
+  // The neighbour is read once the bucket is resolved: two random reads a step, where reading
+  // the bucket's own neighbour alongside would add a third whenever the alias is taken
+  // (walks are bound by random reads, not by their latency).
+  return off < 0 ? v : static_cast<int64_t>(g.col[row.start + off]);
 }
 
 // The node2vec weight of edge e of v's row, having come from t: w(v, x) * a(t, x) / max a.
