@@ -35,7 +35,7 @@ constexpr int kThreads = 256;
 // neighbour's, so 16 neighbours fall in 16 banks.
 constexpr int kItems = 9;
 constexpr int64_t kTile = kThreads * kItems;  // edges a tile, and merge steps a section
-constexpr int kStagedRows = 2 * kTile;          // rowptr entries the sums kernel stages
+constexpr int kWindow = 1024;                   // rowptr entries a tile stages for its row searches
 
 // The last row r in [lo, hi] with rowptr[r] <= e: the row holding edge e (empty rows
 // before it have rowptr[r + 1] <= e too, so they are passed over).
@@ -99,33 +99,45 @@ __global__ void tile_rows_kernel(const int64_t* rowptr, int64_t nodes, int64_t e
   tile_row[2 * t + 1] = row_of(rowptr, r0, nodes - 1, last);
 }
 
-// The rows of a thread's items (blocked: thread k holds tile positions k * kItems + i), in
-// order: a binary search for the first, then a walk along rowptr (a few empty rows at most,
-// else another search), so each further item costs one cached load. `rp[r - origin]` is
-// rowptr[r]: the global array (origin 0) or the tile's rows staged in shared memory.
-struct RowWalk {
-  const int64_t* rp;
-  int64_t origin, r, last;
-  __device__ RowWalk(const int64_t* rp_, int64_t origin_, const TileSpan& t) : rp(rp_), origin(origin_), last(t.row1) {
-    const int64_t p0 = threadIdx.x * kItems;
-    r = search(t.row0, t.first + (p0 < t.count ? p0 : t.count - 1));
-  }
-  __device__ int64_t ptr(int64_t row) const { return rp[row - origin]; }
-  // The last row r in [lo, last] with rowptr[r] <= e: the row holding edge e.
-  __device__ int64_t search(int64_t lo, int64_t e) const {
-    int64_t hi = last;
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo + 1) / 2;
-      if (ptr(mid) <= e) lo = mid; else hi = mid - 1;
+// A thread's items (blocked: thread k holds tile positions k * kItems + i) and their rows:
+// a binary search for the first, then a walk along rowptr (a few empty rows at most,
+// else another search), so neighbouring items cost one cached load each.
+struct Items {
+  int64_t row[kItems];
+  // `window`: shared memory for kWindow entries; the tile's rowptr entries are staged there
+  // when they fit, so the searches read shared memory (every thread of the block calls this).
+  __device__ Items(const int64_t* rowptr, const TileSpan& t, int64_t* window) {
+    const bool fits = t.row1 - t.row0 + 2 <= kWindow;
+    if (fits) {
+      for (int64_t k = threadIdx.x; k < t.row1 - t.row0 + 2; k += blockDim.x) window[k] = rowptr[t.row0 + k];
     }
-    return lo;
-  }
-  __device__ int64_t at(int64_t e) {
-    for (int walked = 0; ptr(r + 1) <= e && walked < 8; ++walked) ++r;
-    if (ptr(r + 1) <= e) r = search(r + 1, e);
-    return r;
+    __syncthreads();
+    auto rp = [&](int64_t r) { return fits ? window[r - t.row0] : rowptr[r]; };
+    auto search = [&](int64_t lo, int64_t e) {  // the last r in [lo, row1] with rowptr[r] <= e
+      int64_t hi = t.row1;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (rp(mid) <= e) lo = mid; else hi = mid - 1;
+      }
+      return lo;
+    };
+    const int64_t p0 = threadIdx.x * kItems;
+    int64_t r = search(t.row0, t.first + (p0 < t.count ? p0 : t.count - 1));
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int64_t p = p0 + i;
+      const int64_t e = t.first + (p < t.count ? p : t.count - 1);
+      for (int walked = 0; rp(r + 1) <= e && walked < 8; ++walked) ++r;
+      if (rp(r + 1) <= e) r = search(r + 1, e);
+      row[i] = r;
+    }
   }
 };
+
+// A segment of a tile is a row's piece in it; it starts at a row start or at the tile's start.
+__device__ inline bool starts_segment(const int64_t* rowptr, const TileSpan& t, int64_t p, int64_t row) {
+  return p == 0 || t.first + p == rowptr[row];
+}
 
 // ---- 1. row sums ----------------------------------------------------------------------
 
@@ -148,34 +160,25 @@ __global__ void __launch_bounds__(kThreads)
                 double* row_sum, double* part, uint32_t* status) {
   using Scan = cub::BlockScan<SegmentSum, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
   __shared__ typename Scan::TempStorage scan;
-  __shared__ int64_t staged[kStagedRows];
+  __shared__ int64_t window[kWindow];
   if (*bad) return;
   const TileSpan t = tile_span(rowptr, tile_row, blockIdx.x, edges);
-  // The tile's rowptr entries in shared memory, where they fit (rows with empty ones between).
-  const bool fits = t.row1 - t.row0 + 2 <= kStagedRows;
-  if (fits) {
-    for (int64_t k = threadIdx.x; k < t.row1 - t.row0 + 2; k += kThreads) staged[k] = rowptr[t.row0 + k];
-    __syncthreads();
-  }
-  const int64_t* rp = fits ? staged : rowptr;
-  const int64_t origin = fits ? t.row0 : 0;
+  const Items items(rowptr, t, window);
   SegmentSum x[kItems];
   uint32_t flags = 0;
-  RowWalk rows(rp, origin, t);
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
     const int64_t p = threadIdx.x * kItems + i;
     const double v = p < t.count ? static_cast<double>(w[t.first + p]) : 0.0;
     flags |= weight_flags(v);
-    x[i] = SegmentSum{v, p < t.count && (p == 0 || t.first + p == rows.ptr(rows.at(t.first + p)))};
+    x[i] = SegmentSum{v, p < t.count && starts_segment(rowptr, t, p, items.row[i])};
   }
   Scan(scan).InclusiveScan(x, x, AddInSegment{});
-  RowWalk again(rp, origin, t);
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
     const int64_t p = threadIdx.x * kItems + i;
-    const int64_t r = again.at(t.first + (p < t.count ? p : t.count - 1));
-    if (p >= t.count || !(p == t.count - 1 || t.first + p + 1 == again.ptr(r + 1))) continue;  // a segment's last item
+    const int64_t r = items.row[i];
+    if (p >= t.count || !(p == t.count - 1 || t.first + p + 1 == rowptr[r + 1])) continue;  // a segment's last item
     const bool head = r == t.row0 && t.head_cut;
     const bool tail = p == t.count - 1 && t.tail_cut;
     if (!head && !tail) {
@@ -258,9 +261,6 @@ struct PackStaging {
   LightItem light[kTile];
   uint32_t heavy[kTile];
   uint16_t seg_light[kTile + 1], seg_heavy[kTile + 1], seg_pos[kTile + 1];
-  uint16_t item_segment[kTile];
-  int64_t seg_base[kTile];  // the segment's rowptr, or -1 for a dead row (the pack loop
-                            // reads these rather than index registers by a loop variable)
   TileClasses total;
   GreedyStop stop[2];       // the first and last piece, where cut
   ClassPrefix before[2];    // what earlier pieces of their rows left over
@@ -279,63 +279,42 @@ __device__ inline ClassPrefix slice_sums(const MergeSlice& m) {
   return ClassPrefix{m.lights, m.heavies, m.deficit_after, m.heavies > 0 ? m.excess_through[m.heavies - 1] : 0};
 }
 
-// One item of a tile as the pack needs it: its quantized weight, whether its row is live,
-// whether it starts a segment, and its row's first edge.
-struct Item {
-  uint64_t q;
-  int64_t base;
-  bool live, head;
-};
-
 template <typename scalar_t>
-struct ItemReader {
-  const scalar_t* w;
-  const int64_t* rowptr;
-  const double* row_sum;
-  const TileSpan& t;
-  RowWalk rows;
-  int64_t cached = -1;  // the row whose scale is at hand
-  RowScale rs{0, 0, 0};
-  double sum = 0;
-  __device__ ItemReader(const scalar_t* w_, const int64_t* rp, const double* rsum, const TileSpan& t_)
-      : w(w_), rowptr(rp), row_sum(rsum), t(t_), rows(rp, 0, t_) {}
-  __device__ Item at(int64_t p) {
-    const bool in = p < t.count;
-    const int64_t r = rows.at(t.first + (in ? p : t.count - 1));
-    const int64_t base = rowptr[r], n = rowptr[r + 1] - base;
-    if (r != cached) {
-      cached = r;
-      sum = row_sum[r];
-      rs = row_scale(sum > 0 ? sum : 1.0, n);
-    }
-    const bool live = in && sum > 0;
-    return Item{live ? quantize(static_cast<double>(w[t.first + p]), rs, n) : 0, base, live,
-                in && (p == 0 || t.first + p == base)};
-  }
-};
-
-template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, 3)
     pack_kernel(const scalar_t* w, const int64_t* rowptr, const int64_t* tile_row, int64_t edges, const int* bad,
                 const double* row_sum, TileState tile_state, Leftovers left, int64_t* table) {
   extern __shared__ __align__(16) char smem[];
   PackStaging& st = *reinterpret_cast<PackStaging*>(smem);
+  __shared__ int64_t window[kWindow];
   if (*bad) return;  // every block, so none waits in the look-back for one that left
   const TileSpan t = tile_span(rowptr, tile_row, blockIdx.x, edges);
+  const Items items(rowptr, t, window);
 
-  // Quantize and scan the classes. An item is live if its row's sum is positive; a dead
-  // row's items (and the padding) take no class. The items are read twice, around the
-  // scan, rather than kept in registers through it.
+  // Quantize and scan the classes. An item is live if its row has a positive finite-or-
+  // flagged sum; a dead row's items (and the padding) take no class.
   TileClasses x[kItems];
-  {
-    ItemReader items(w, rowptr, row_sum, t);
+  uint64_t q[kItems];
+  uint32_t live = 0;
+  int64_t cached_row = -1;
+  RowScale rs{0, 0, 0};
+  double sum = 0;
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const Item it = items.at(threadIdx.x * kItems + i);
-      const ClassPrefix cls = it.live ? alias::class_of(it.q) : ClassPrefix{0, 0, 0, 0};
-      x[i] = TileClasses{static_cast<uint32_t>(cls.lights), static_cast<uint32_t>(cls.heavies), it.head, it.head,
-                         cls.deficit, cls.excess};
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t p = threadIdx.x * kItems + i;
+    const int64_t r = items.row[i];
+    const int64_t n = rowptr[r + 1] - rowptr[r];
+    if (r != cached_row) {
+      cached_row = r;
+      sum = row_sum[r];
+      rs = row_scale(sum > 0 ? sum : 1.0, n);
     }
+    const bool alive = p < t.count && sum > 0;
+    live |= alive ? 1u << i : 0u;
+    q[i] = alive ? quantize(static_cast<double>(w[t.first + p]), rs, n) : 0;
+    const ClassPrefix cls = alive ? alias::class_of(q[i]) : ClassPrefix{0, 0, 0, 0};
+    const uint32_t head = p < t.count && starts_segment(rowptr, t, p, r);
+    x[i] = TileClasses{static_cast<uint32_t>(cls.lights), static_cast<uint32_t>(cls.heavies), head, head,
+                       cls.deficit, cls.excess};
   }
   TileClasses total;
   cub::BlockScan<TileClasses, kThreads, cub::BLOCK_SCAN_WARP_SCANS>(st.scan).ExclusiveScan(
@@ -344,31 +323,28 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();  // st.total, and the scan's storage free again
 
   // Stage: x[i] now holds what precedes item i in the tile.
-  {
-    ItemReader items(w, rowptr, row_sum, t);
+  int slot[kItems];
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const int64_t p = threadIdx.x * kItems + i;
-      const Item it = items.at(p);
-      if (p >= t.count) continue;
-      const int slot = static_cast<int>(x[i].segments) + (it.head ? 0 : -1);
-      st.item_segment[p] = static_cast<uint16_t>(slot);
-      if (it.head) {
-        st.seg_light[slot] = static_cast<uint16_t>(x[i].lights);
-        st.seg_heavy[slot] = static_cast<uint16_t>(x[i].heavies);
-        st.seg_pos[slot] = static_cast<uint16_t>(p);
-        st.seg_base[slot] = it.live ? it.base : -1;
-      }
-      if (!it.live) continue;
-      const ClassPrefix cls = alias::class_of(it.q);
-      const uint32_t index = static_cast<uint32_t>(t.first + p - it.base);
-      if (cls.lights) {
-        st.light[x[i].lights] = LightItem{index, static_cast<uint32_t>(it.q)};
-        st.key[x[i].lights] = it.head ? 0 : x[i].deficit;
-      } else {
-        st.heavy[x[i].heavies] = index;
-        st.key[total.lights + x[i].heavies] = (it.head ? 0 : x[i].excess) + cls.excess;
-      }
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t p = threadIdx.x * kItems + i;
+    const int64_t r = items.row[i];
+    const bool head = p < t.count && starts_segment(rowptr, t, p, r);
+    slot[i] = static_cast<int>(x[i].segments) + (head ? 0 : -1);
+    if (p >= t.count) continue;
+    if (head) {
+      st.seg_light[slot[i]] = static_cast<uint16_t>(x[i].lights);
+      st.seg_heavy[slot[i]] = static_cast<uint16_t>(x[i].heavies);
+      st.seg_pos[slot[i]] = static_cast<uint16_t>(p);
+    }
+    if (!(live >> i & 1u)) continue;
+    const ClassPrefix cls = alias::class_of(q[i]);
+    const uint32_t index = static_cast<uint32_t>(t.first + p - rowptr[r]);
+    if (cls.lights) {
+      st.light[x[i].lights] = LightItem{index, static_cast<uint32_t>(q[i])};
+      st.key[x[i].lights] = head ? 0 : x[i].deficit;
+    } else {
+      st.heavy[x[i].heavies] = index;
+      st.key[total.lights + x[i].heavies] = (head ? 0 : x[i].excess) + cls.excess;
     }
   }
   if (threadIdx.x == 0) {
@@ -420,11 +396,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < kItems;) {
     const int64_t p = threadIdx.x * kItems + i;
     if (p >= t.count) break;
-    const int s = st.item_segment[p];
+    const int s = slot[i];
     int j = i + 1;
-    while (j < kItems && p + (j - i) < t.count && st.item_segment[p + (j - i)] == s) ++j;
-    const int64_t base = st.seg_base[s];
-    if (base < 0) {  // a dead row: every bucket says so
+    while (j < kItems && slot[j] == s && threadIdx.x * kItems + j < t.count) ++j;
+    const int64_t r = items.row[i];
+    const int64_t base = rowptr[r];
+    if (!(live >> i & 1u)) {  // a dead row: every bucket says so
       for (int k = i; k < j; ++k) table[t.first + threadIdx.x * kItems + k] = kDeadBucket;
     } else {
       const MergeSlice m = segment_slice(st, s);

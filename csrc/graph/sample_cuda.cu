@@ -1,17 +1,14 @@
-// Neighbour sampling on CUDA (csr_sample_neighbors), a thread per seed. With replacement the
-// draws go kBatch at a time, their loads in flight together. Without replacement a thread
-// runs a seed's trials in order (sample.h, the CPU's loop); the rare seed whose trials run
-// out (its drawn edges hold nearly all its row's mass) is finished by a block.
+// Neighbour sampling on CUDA (csr_sample_neighbors). With replacement, a thread draws two
+// of a seed's k neighbours (one Philox block); the seed's rowptr entries and its row's
+// sectors are shared through L1 by the threads of one seed. Without replacement, a warp
+// runs a seed's trials 32 at a time and keeps the first occurrences in trial order, so
+// the draws are exactly those of the CPU's one-at-a-time loop (sample_cpu.cpp).
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
-#include "graph/blocks.h"
 #include "graph/graph_ops.h"
-#include "graph/sample.h"
 #include "graph/status_cuda.cuh"
 
 #include <ATen/Dispatch.h>
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -21,6 +18,7 @@ namespace wrs::graph {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr unsigned kFull = 0xFFFFFFFFu;
 
 template <typename col_t, typename w_t>
 struct Sampling {
@@ -43,141 +41,167 @@ struct Sampling {
   }
 };
 
-// A thread per seed, with replacement: draws j of Philox block j / 2 (sample.h's layout),
-// kBatch at a time with all their table loads, then all their neighbour loads, in flight.
-constexpr int kBatch = 8;
-
+// Thread (i, h) draws k-slots 2h and 2h + 1 of seed i from Philox block h of subsequence i.
 template <typename col_t, typename w_t>
 __global__ void __launch_bounds__(kThreads)
     replace_kernel(Sampling<col_t, w_t> s, at::PhiloxCudaState philox) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= s.seeds) return;
-  int64_t* eid = s.eid + i * s.k;
-  int64_t* nbr = s.nbr + i * s.k;
+  const int64_t pairs = s.k > 0 ? replace_blocks(s.k) : 1;  // k = 0: a thread still writes the count
+  const int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (g >= s.seeds * pairs) return;
+  const int64_t i = g / pairs, h = g - i * pairs;
   const int64_t v = s.node(i);
-  if (v < 0) atomicOr(s.status, kNodeOutOfRange);
-  const Row row = v >= 0 ? row_at(s.rowptr, v, s.edges) : Row{0, 0};
-  const uint64_t n = static_cast<uint64_t>(row.degree);
-  const int64_t* rt = s.table == nullptr ? nullptr : s.table + row.start;
-  const CudaBlocks block{philox_seed(philox), static_cast<uint64_t>(i), 0};
-  bool live = row.degree > 0;
-  for (int64_t j0 = 0; live && j0 < s.k; j0 += kBatch) {
-    alias::BucketDraw d[kBatch];
-    int64_t off[kBatch];
-#pragma unroll
-    for (int c = 0; c < kBatch; c += 2) {
-      const Words r = block((j0 + c) / 2);
-      d[c] = alias::draw_bucket(n, r.x, r.y);
-      d[c + 1] = alias::draw_bucket(n, r.z, r.w);
-    }
-#pragma unroll
-    for (int c = 0; c < kBatch; ++c) {
-      off[c] = static_cast<int64_t>(d[c].bucket);
-      if (rt != nullptr && j0 + c < s.k) off[c] = resolve(d[c], rt[d[c].bucket], n);
-    }
-    if (off[0] < 0) {  // a dead row: every bucket says so
-      live = false;
-      break;
-    }
-    int64_t x[kBatch];
-#pragma unroll
-    for (int c = 0; c < kBatch; ++c) x[c] = j0 + c < s.k ? static_cast<int64_t>(s.col[row.start + off[c]]) : 0;
-#pragma unroll
-    for (int c = 0; c < kBatch; ++c) {
-      if (j0 + c < s.k) {
-        eid[j0 + c] = row.start + off[c];
-        nbr[j0 + c] = x[c];
-      }
-    }
-  }
-  s.count[i] = live ? s.k : 0;
-  if (!live) {
-    for (int64_t j = 0; j < s.k; ++j) eid[j] = nbr[j] = -1;
-  }
-}
-
-// A thread per seed, without replacement: sample.h's trials (the CPU's loop). A seed whose
-// trial budget runs out goes on the worklist for finish_kernel.
-template <typename col_t, typename w_t>
-__global__ void __launch_bounds__(kThreads)
-    distinct_kernel(Sampling<col_t, w_t> s, at::PhiloxCudaState philox, int64_t* work, int* work_count) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= s.seeds) return;
-  const SeedOut<col_t> out{s.col, s.eid + i * s.k, s.nbr + i * s.k};
-  CudaBlocks blocks{philox_seed(philox), static_cast<uint64_t>(i), 0};
-  const int64_t v = s.node(i);
-  int64_t j = 0;
-  bool done = true;
-  if (v < 0) {
-    atomicOr(s.status, kNodeOutOfRange);
-  } else {
+  int64_t got[2] = {-1, -1};
+  bool live = v >= 0;
+  if (v < 0 && h == 0) atomicOr(s.status, kNodeOutOfRange);
+  if (live) {
     const Row row = row_at(s.rowptr, v, s.edges);
-    j = trials_without_replacement(row, s.table == nullptr ? nullptr : s.table + row.start, s.weight, s.k, out,
-                                   blocks, done);
+    live = row.degree > 0;
+    if (live) {
+      const PhiloxSeed seed = philox_seed(philox);
+      const uint4 r = philox_block_at(seed.seed, seed.offset / 4 + static_cast<uint64_t>(h), static_cast<uint64_t>(i));
+      const uint64_t n = static_cast<uint64_t>(row.degree);
+      const alias::BucketDraw d0 = alias::draw_bucket(n, r.x, r.y), d1 = alias::draw_bucket(n, r.z, r.w);
+      int64_t o0 = static_cast<int64_t>(d0.bucket), o1 = static_cast<int64_t>(d1.bucket);
+      if (s.table != nullptr) {
+        const int64_t t0 = s.table[row.start + o0], t1 = s.table[row.start + o1];
+        o0 = resolve(d0, t0, n);
+        o1 = resolve(d1, t1, n);
+      }
+      live = o0 >= 0;  // a dead row's every bucket says so
+      got[0] = row.start + o0;
+      got[1] = row.start + o1;
+    }
   }
-  s.count[i] = j;
-  if (!done) {
-    work[atomicAdd(work_count, 1)] = i;
-    return;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int64_t j = 2 * h + c;
+    if (j >= s.k) break;
+    s.eid[i * s.k + j] = live ? got[c] : -1;
+    s.nbr[i * s.k + j] = live ? static_cast<int64_t>(s.col[got[c]]) : -1;
   }
-  for (; j < s.k; ++j) out.eid[j] = out.nbr[j] = -1;
+  if (h == 0) s.count[i] = live ? s.k : 0;
 }
 
-// The seeds of the worklist, a block each: each remaining draw by inversion over the
-// untaken rest of the row (sample.h's invert_rest in a block: thread t sums edges t, t + 256,
-// ..., a block scan places u, and the thread it falls in finds the edge among its own).
+__device__ inline unsigned lanes_below() {
+  unsigned m;
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+  return m;
+}
+
+// Whether edge e is among the first j accepted of seed i (the accepted list is the output).
+__device__ inline bool taken(const int64_t* eid, int64_t j, int64_t e) {
+  for (int64_t a = 0; a < j; ++a) {
+    if (eid[a] == e) return true;
+  }
+  return false;
+}
+
+// A warp's sum of the row's untaken masses, chunk by chunk in a fixed order: the same
+// rounding in the pass that totals and the pass that finds. Returns the total; with
+// `u` >= 0 also the first edge whose running sum passes u in *found (else the last edge
+// of positive mass).
+template <typename col_t, typename w_t>
+__device__ double scan_rest(const Sampling<col_t, w_t>& s, const Row& row, const int64_t* eid, int64_t j, double u,
+                            int64_t* found) {
+  const int lane = threadIdx.x % 32;
+  double acc = 0;
+  int64_t last = -1;
+  for (int64_t base = 0; base < row.degree; base += 32) {
+    const int64_t e = row.start + base + lane;
+    const double m = base + lane < row.degree && !taken(eid, j, e) ? s.mass(e) : 0.0;
+    double prefix = m;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const double y = __shfl_up_sync(kFull, prefix, d);
+      if (lane >= d) prefix += y;
+    }
+    const double chunk = __shfl_sync(kFull, prefix, 31);
+    if (u >= 0) {
+      const unsigned pos = __ballot_sync(kFull, m > 0);
+      if (pos) last = row.start + base + (31 - __clz(pos));
+      const unsigned hit = __ballot_sync(kFull, m > 0 && acc + prefix > u);
+      if (hit) {
+        *found = row.start + base + (__ffs(hit) - 1);
+        return acc + chunk;
+      }
+    }
+    acc += chunk;
+  }
+  if (u >= 0) *found = last;
+  return acc;
+}
+
+// A warp per seed: successive sampling, as sample_cpu.cpp's `distinct`.
 template <typename col_t, typename w_t>
 __global__ void __launch_bounds__(kThreads)
-    finish_kernel(Sampling<col_t, w_t> s, at::PhiloxCudaState philox, const int64_t* work, const int* work_count) {
-  using Scan = cub::BlockScan<double, kThreads>;
-  using Max = cub::BlockReduce<int, kThreads>;
-  __shared__ union {
-    typename Scan::TempStorage scan;
-    typename Max::TempStorage max;
-  } tmp;
-  __shared__ int winner;
-  const int64_t budget = trial_budget(s.k);
+    distinct_kernel(Sampling<col_t, w_t> s, at::PhiloxCudaState philox) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
   const PhiloxSeed seed = philox_seed(philox);
-  for (int64_t w = blockIdx.x; w < *work_count; w += gridDim.x) {
-    const int64_t i = work[w];
-    const SeedOut<col_t> out{s.col, s.eid + i * s.k, s.nbr + i * s.k};
-    const Row row = row_at(s.rowptr, s.nodes[i], s.edges);
-    const CudaBlocks block{seed, static_cast<uint64_t>(i), 0};
-    int64_t j = s.count[i];
-    for (int64_t m = 0; j < s.k; ++m) {
-      double own = 0;
-      for (int64_t e = row.start + threadIdx.x; e < row.start + row.degree; e += kThreads) {
-        own += out.taken(j, e) ? 0.0 : edge_mass(s.weight, e);
-      }
-      double before, total;
-      Scan(tmp.scan).ExclusiveSum(own, before, total);
-      if (!(total > 0)) break;  // every edge of positive mass is drawn
-      const Words r = block(budget / 2 + m);
-      const double u = open_uniform(r.x, r.y) * total;
-      __syncthreads();
-      // The last thread with mass whose range starts at or below u (exactly one, whatever
-      // the scan's rounding).
-      const int mine = before <= u && own > 0 ? static_cast<int>(threadIdx.x) : -1;
-      const int last = Max(tmp.max).Reduce(mine, [](int a, int b) { return a > b ? a : b; });
-      if (threadIdx.x == 0) winner = last;
-      __syncthreads();
-      if (static_cast<int>(threadIdx.x) == winner) {
-        double acc = before;
-        int64_t pick = -1;
-        for (int64_t e = row.start + threadIdx.x; e < row.start + row.degree; e += kThreads) {
-          const double x = out.taken(j, e) ? 0.0 : edge_mass(s.weight, e);
-          if (x > 0) pick = e;
-          acc += x;
-          if (x > 0 && acc > u) break;
+  const int64_t budget = trial_budget(s.k);
+  for (int64_t i = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) / 32; i < s.seeds; i += warps) {
+    int64_t* eid = s.eid + i * s.k;
+    int64_t* nbr = s.nbr + i * s.k;
+    const int64_t v = s.node(i);
+    if (v < 0 && lane == 0) atomicOr(s.status, kNodeOutOfRange);
+    const Row row = v >= 0 ? row_at(s.rowptr, v, s.edges) : Row{0, 0};
+    int64_t j = 0;
+    if (row.degree <= s.k) {  // every edge of positive weight, in CSR order
+      for (int64_t base = 0; base < row.degree; base += 32) {
+        const int64_t e = row.start + base + lane;
+        const bool keep = base + lane < row.degree && s.mass(e) > 0;
+        const unsigned all = __ballot_sync(kFull, keep);
+        if (keep) {
+          const int64_t at = j + __popc(all & lanes_below());
+          eid[at] = e;
+          nbr[at] = static_cast<int64_t>(s.col[e]);
         }
-        out.put(j, pick);
+        j += __popc(all);
       }
-      __syncthreads();
-      ++j;
+    } else {
+      const int64_t* rt = s.table == nullptr ? nullptr : s.table + row.start;
+      const uint64_t n = static_cast<uint64_t>(row.degree);
+      bool dead = false;
+      for (int64_t t0 = 0; t0 < budget && j < s.k; t0 += 32) {
+        const int64_t t = t0 + lane;
+        const uint4 r = philox_block_at(seed.seed, seed.offset / 4 + static_cast<uint64_t>(t / 2),
+                                        static_cast<uint64_t>(i));
+        const int64_t off = draw_offset(rt, n, t % 2 ? r.z : r.x, t % 2 ? r.w : r.y);
+        if (__any_sync(kFull, off < 0)) {  // a dead row: every bucket says so
+          dead = true;
+          break;
+        }
+        const int64_t e = row.start + off;
+        const bool first = (__match_any_sync(kFull, static_cast<unsigned long long>(e)) & lanes_below()) == 0;
+        const bool fresh = first && !taken(eid, j, e);
+        const unsigned all = __ballot_sync(kFull, fresh);
+        const int64_t rank = __popc(all & lanes_below());
+        if (fresh && rank < s.k - j) {
+          eid[j + rank] = e;
+          nbr[j + rank] = static_cast<int64_t>(s.col[e]);
+        }
+        j += min(static_cast<int64_t>(__popc(all)), s.k - j);
+        __syncwarp();
+      }
+      // Past the budget: exact draws by inversion over the untaken rest of the row.
+      for (int64_t m = 0; !dead && j < s.k; ++m) {
+        const double total = scan_rest(s, row, eid, j, -1.0, nullptr);
+        if (!(total > 0)) break;
+        const uint4 r = philox_block_at(seed.seed, seed.offset / 4 + static_cast<uint64_t>(budget / 2 + m),
+                                        static_cast<uint64_t>(i));
+        int64_t pick = -1;
+        scan_rest(s, row, eid, j, open_uniform(r.x, r.y) * total, &pick);
+        if (lane == 0) {
+          eid[j] = pick;
+          nbr[j] = static_cast<int64_t>(s.col[pick]);
+        }
+        ++j;
+        __syncwarp();
+      }
+      if (dead) j = 0;
     }
-    for (int64_t a = j + threadIdx.x; a < s.k; a += kThreads) out.eid[a] = out.nbr[a] = -1;
-    if (threadIdx.x == 0) s.count[i] = j;
-    __syncthreads();
+    for (int64_t a = j + lane; a < s.k; a += 32) eid[a] = nbr[a] = -1;
+    if (lane == 0) s.count[i] = j;
   }
 }
 
@@ -220,20 +244,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_sample_neighbors_cuda(
                                         counts.mutable_data_ptr<int64_t>(),
                                         status.bits()};
       if (replace) {
-        replace_kernel<<<ceil_div(count, kThreads), kThreads, 0, stream>>>(s, philox);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        const int64_t threads = count * std::max<int64_t>(replace_blocks(k), 1);
+        replace_kernel<<<ceil_div(threads, kThreads), kThreads, 0, stream>>>(s, philox);
       } else {
-        // The worklist of seeds past their trial budget, and its length (zeroed on the stream).
-        at::Tensor work = at::empty({count + 2}, rowptr.options());
-        int* work_count = reinterpret_cast<int*>(work.mutable_data_ptr<int64_t>() + count);
-        C10_CUDA_CHECK(cudaMemsetAsync(work_count, 0, sizeof(int), stream));
-        distinct_kernel<<<ceil_div(count, kThreads), kThreads, 0, stream>>>(s, philox, work.mutable_data_ptr<int64_t>(),
-                                                                         work_count);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        finish_kernel<<<grid_for(count * kThreads, kThreads), kThreads, 0, stream>>>(
-            s, philox, work.const_data_ptr<int64_t>(), work_count);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        distinct_kernel<<<grid_for(count * 32, kThreads), kThreads, 0, stream>>>(s, philox);
       }
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
   raise_graph_flags(status.read(), op);
