@@ -73,6 +73,9 @@ case "$what" in
     cd /tmp && exec "$OLDPWD/build/wheel-venv/bin/python" "$OLDPWD/scripts/wheel_smoke.py"
     ;;
   test)
+    # Optional test dependencies: their tests skip, saying why, where these do not install.
+    $PY -c "import torch_geometric" 2>/dev/null || $PY -m pip install -q torch_geometric > build/optional.log 2>&1 ||
+      echo "== torch_geometric did not install (see build/optional.log): its adapter's tests skip"
     $PY -m pytest tests -q -p no:cacheprovider "$@"
     echo "== C++: LibTorch build, then the TorchScript and AOTInductor tests (they load what pytest exported)"
     prefix="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
