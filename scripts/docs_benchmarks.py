@@ -4,7 +4,8 @@
 
 Recorded runs: the sweeps' full reports (docs/multinomial_sweep_{h100,h200,cpu}.md,
 docs/multinomial_contended_cpu.md, written by `python -m torch_wrs.benchmark ... --out`),
-the LLM benchmark (docs/llm_bench_h200.md) and the other tables (docs/runs/*.md), each
+the LLM benchmark (docs/llm_bench_h200.md), the graph benchmark (docs/graph_bench_h200.md)
+and the other tables (docs/runs/*.md), each
 headed by its device, versions and date. Replace a run's file with a newer run's output,
 then run this script; the page holds current numbers only.
 """
@@ -171,6 +172,11 @@ def main():
     out += [f"| {c} | {a:.2f}x | {b:.1f}x |" for c, a, b in zip(controls, fi, th)]
     out += ["", "![speed-up against FlashInfer and torch](_static/llm_h200.png)", "",
             "Every cell: [llm_bench_h200.md](llm_bench_h200.md).", ""]
+
+    text = read("graph_bench_h200.md").split("\n", 1)[1].strip().replace("\n## ", "\n### ")  # under our title
+    out += ["## Graph sampling", "", text, "",
+            "The targets and where they are missed: [graph.md](graph.md). "
+            "Every row: [graph_bench_h200.md](graph_bench_h200.md).", ""]
 
     for run in RUNS:
         text = read(os.path.join("runs", f"{run}.md"))

@@ -139,7 +139,7 @@ def run_scale(scale, edge_factor, lines, summary, tc_rw, bandwidth):
     n, e = rowptr.numel() - 1, col.numel()
     degree = rowptr[1:] - rowptr[:-1]
     live = torch.nonzero(degree > 0).squeeze(1)
-    lines.append(f"\n### R-MAT scale {scale}: {n:,} nodes, {e:,} directed edges, {live.numel():,} non-isolated, "
+    lines.append(f"\n## R-MAT scale {scale}: {n:,} nodes, {e:,} directed edges, {live.numel():,} non-isolated, "
                  f"max degree {int(degree.max()):,}\n")
     gen = torch.Generator("cuda").manual_seed(1)
 
@@ -262,7 +262,7 @@ def run(args):
     summary = []
     for scale, edge_factor in args.graph_scales:
         run_scale(scale, edge_factor, lines, summary, tc_rw, bandwidth)
-    lines += ["\n### Targets\n", "| scale | target | measured | met |", "| ---: | --- | --- | --- |"]
+    lines += ["\n## Targets\n", "| scale | target | measured | met |", "| ---: | --- | --- | --- |"]
     lines += [_row([str(s), what, shown, "yes" if ok else "**no**"]) for s, what, _, shown, ok in summary]
     text = "\n".join(lines) + "\n"
     print(text)
