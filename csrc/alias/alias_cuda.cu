@@ -15,6 +15,7 @@
 //      coalesced loads and its threads merge sub-ranges of it.
 #include "alias/alias_cuda.h"
 #include "alias/alias_ops.h"
+#include "alias/psa_cuda.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/row_sums.cuh"
 #include "common/philox_cuda.cuh"
@@ -26,7 +27,6 @@
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cub/block/block_reduce.cuh>
-#include <cub/agent/single_pass_scan_operators.cuh>
 #include <cub/block/block_scan.cuh>
 #include <torch/library.h>
 
@@ -46,25 +46,6 @@ struct AddClassPrefix {
     return a + b;
   }
 };
-
-// Leftover totals of a tile, scanned across tiles with restarts at row starts (the
-// segmented-scan operator, associative), so one look-back serves every row at once.
-struct RowPrefix {
-  ClassPrefix sum;
-  int64_t starts_row;
-};
-
-struct AddWithinRow {
-  __host__ __device__ RowPrefix operator()(const RowPrefix& a, const RowPrefix& b) const {
-    return b.starts_row ? b : RowPrefix{a.sum + b.sum, a.starts_row};
-  }
-};
-
-using TileState = cub::ScanTileState<RowPrefix>;
-// CUB's decoupled look-back (the engine of its single-pass scans), used per tile.
-using TileLookback = cub::TilePrefixCallbackOp<RowPrefix, AddWithinRow, TileState>;
-
-__global__ void init_tile_state_kernel(TileState state, int tiles) { state.InitializeStatus(tiles); }
 
 // Tile `tile` of a [rows, n] array cut into tiles of `size` items that never cross rows.
 struct TileOf {
@@ -294,24 +275,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t n1 = n0 + kSection < steps ? n0 + kSection : steps;
   const int64_t i0 = split[row * (sections + 1) + section];
   const int64_t i1 = split[row * (sections + 1) + section + 1];
-  const int64_t j0 = n0 - i0, lights = i1 - i0, heavies = (n1 - i1) - j0;
-  for (int64_t r = threadIdx.x; r < lights; r += kThreads) {
-    light[r] = whole.light[i0 + r];
-    key[r] = whole.deficit_before[i0 + r];
-  }
-  for (int64_t r = threadIdx.x; r < heavies; r += kThreads) {
-    heavy[r] = whole.heavy[j0 + r];
-    key[lights + r] = whole.excess_through[j0 + r];
-  }
-  __syncthreads();
-  const int64_t j1 = j0 + heavies;
-  const MergeSlice slice{light, key, heavy, key + lights, lights, heavies,
-                         i1 < whole.lights ? whole.deficit_before[i1] : whole.deficit_after,
-                         j1 < whole.heavies ? whole.heavy[j1] : whole.heavy_after};
-  const int64_t begin = threadIdx.x * kItems;
-  if (begin < n1 - n0) {
-    pack_merge_steps(slice, begin, begin + kItems < n1 - n0 ? begin + kItems : n1 - n0, table + row * n);
-  }
+  pack_section<kThreads, kItems>(whole, n0, n1, i0, i1, key, light, heavy, table + row * n);
 }
 
 template <typename scalar_t>

@@ -11,6 +11,7 @@
 //      look-back, to
 //   3. split and 4. pack: PSA over each crossing row's leftovers, one section per tile.
 #include "alias/alias.h"
+#include "alias/psa_cuda.cuh"
 #include "common/cuda_utils.cuh"
 #include "graph/graph_ops.h"
 
@@ -18,17 +19,20 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <cub/agent/single_pass_scan_operators.cuh>
 #include <cub/block/block_scan.cuh>
 #include <torch/library.h>
 
 namespace wrs::graph {
 namespace {
 
+using alias::AddWithinRow;
 using alias::ClassPrefix;
 using alias::GreedyStop;
 using alias::LightItem;
 using alias::MergeSlice;
+using alias::RowPrefix;
+using alias::TileLookback;
+using alias::TileState;
 
 constexpr int kThreads = 256;
 // Odd, as in alias_cuda.cu: a thread's shared-memory items sit 72 bytes past its
@@ -221,24 +225,6 @@ struct AddTileClasses {
                        b.head ? b.deficit : a.deficit + b.deficit, b.head ? b.excess : a.excess + b.excess};
   }
 };
-
-// Leftover totals of a tile's last piece, scanned over tiles and restarted where a row
-// starts, so the look-back tells a tile's first piece what its row's earlier pieces left.
-struct RowPrefix {
-  ClassPrefix sum;
-  int64_t starts_row;
-};
-
-struct AddWithinRow {
-  __host__ __device__ RowPrefix operator()(const RowPrefix& a, const RowPrefix& b) const {
-    return b.starts_row ? b : RowPrefix{a.sum + b.sum, a.starts_row};
-  }
-};
-
-using TileState = cub::ScanTileState<RowPrefix>;
-using TileLookback = cub::TilePrefixCallbackOp<RowPrefix, AddWithinRow, TileState>;
-
-__global__ void init_tile_state_kernel(TileState state, int tiles) { state.InitializeStatus(tiles); }
 
 // The leftover merge of each crossing row: its items (indexed from rowptr[r], as the
 // table) and per-row totals.
@@ -521,25 +507,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t i0 = split[blockIdx.x];
   // The next section is slot (first tile + k + 1, 0).
   const int64_t i1 = n1 < steps ? split[2 * (rowptr[s.row] / kTile + s.k + 1)] : whole.lights;
-  const int64_t j0 = n0 - i0, lights = i1 - i0, heavies = (n1 - i1) - j0;
-  for (int64_t r = threadIdx.x; r < lights; r += kThreads) {
-    light[r] = whole.light[i0 + r];
-    key[r] = whole.deficit_before[i0 + r];
-  }
-  for (int64_t r = threadIdx.x; r < heavies; r += kThreads) {
-    heavy[r] = whole.heavy[j0 + r];
-    key[lights + r] = whole.excess_through[j0 + r];
-  }
-  __syncthreads();
-  const int64_t j1 = j0 + heavies;
-  const MergeSlice slice{light, key, heavy, key + lights, lights, heavies,
-                         i1 < whole.lights ? whole.deficit_before[i1] : whole.deficit_after,
-                         j1 < whole.heavies ? whole.heavy[j1] : whole.heavy_after};
-  const int64_t begin = threadIdx.x * kItems;
-  if (begin < n1 - n0) {
-    alias::pack_merge_steps(slice, begin, begin + kItems < n1 - n0 ? begin + kItems : n1 - n0,
-                            table + rowptr[s.row]);
-  }
+  alias::pack_section<kThreads, kItems>(whole, n0, n1, i0, i1, key, light, heavy, table + rowptr[s.row]);
 }
 
 template <typename scalar_t>
@@ -568,7 +536,7 @@ void build(const scalar_t* w, const int64_t* rowptr, int64_t nodes, int64_t edge
   C10_CUDA_CHECK(TileState::AllocationSize(static_cast<int>(tiles), state_bytes));
   TileState tile_state;
   C10_CUDA_CHECK(tile_state.Init(static_cast<int>(tiles), scratch<char>(keep, opts, state_bytes), state_bytes));
-  init_tile_state_kernel<<<ceil_div(tiles + 32, kThreads), kThreads, 0, stream>>>(tile_state, static_cast<int>(tiles));
+  alias::init_tile_state_kernel<<<ceil_div(tiles + 32, kThreads), kThreads, 0, stream>>>(tile_state, static_cast<int>(tiles));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   constexpr size_t smem = sizeof(PackStaging);
   C10_CUDA_CHECK(cudaFuncSetAttribute(pack_kernel<scalar_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -4,7 +4,9 @@
 #include "common/checks.h"
 #include "graph/graph.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <optional>
@@ -95,7 +97,10 @@ inline void check_sampling(const char* op, const at::Tensor& rowptr, const at::T
 }
 
 inline void check_walk_args(const char* op, int64_t walk_length, double p, double q, bool weighted_table,
-                            bool has_weight) {
+                            bool has_weight, const std::optional<at::Tensor>& rows_sorted, const at::Tensor& rowptr) {
+  TORCH_CHECK(!rows_sorted.has_value() || (rows_sorted->numel() == 1 && rows_sorted->scalar_type() == at::kBool &&
+                                           rows_sorted->device() == rowptr.device()),
+              op, ": rows_sorted must be a one-element bool tensor on rowptr's device");
   TORCH_CHECK(walk_length >= 0, op, ": walk_length must be non-negative, got ", walk_length);
   TORCH_CHECK(p > 0 && q > 0 && p < 1e300 && q < 1e300, op, ": p and q must be positive and finite, got p = ", p,
               ", q = ", q);
@@ -107,6 +112,42 @@ inline void check_fanout(const char* op, int64_t k, bool replace, bool weighted_
   TORCH_CHECK(k >= 0, op, ": k must be non-negative, got ", k);
   TORCH_CHECK(replace || !weighted_table || has_weight, op,
               ": sampling without replacement over a weighted table needs its weight too");
+}
+
+// The tensors of a sampling call (neighbours or walks), checked and made contiguous, the
+// node ids as int64; table and weight undefined where not given.
+struct SamplingArgs {
+  at::Tensor rowptr, col, table, weight, nodes;
+  SamplingArgs(const char* op, const at::Tensor& rowptr_in, const at::Tensor& col_in,
+               const std::optional<at::Tensor>& table_in, const std::optional<at::Tensor>& weight_in,
+               const at::Tensor& nodes_in, const char* nodes_arg) {
+    check_sampling(op, rowptr_in, col_in, table_in, weight_in, nodes_in, nodes_arg);
+    rowptr = rowptr_in.contiguous();
+    col = col_in.contiguous();
+    nodes = nodes_in.to(at::kLong).contiguous();
+    if (table_in.has_value()) table = table_in->contiguous();
+    if (weight_in.has_value()) weight = weight_in->contiguous();
+  }
+  int64_t num_nodes() const { return rowptr.numel() - 1; }
+  const int64_t* table_ptr() const { return table.defined() ? table.const_data_ptr<int64_t>() : nullptr; }
+  template <typename w_t>
+  const w_t* weight_ptr() const { return weight.defined() ? weight.const_data_ptr<w_t>() : nullptr; }
+};
+
+// csr_sample_neighbors' outputs for `count` seeds: neighbours and edge ids [count, k], counts.
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> neighbor_outputs(int64_t count, int64_t k,
+                                                                     const at::TensorOptions& opts) {
+  return {at::empty({count, k}, opts), at::empty({count, k}, opts), at::empty({count}, opts)};
+}
+
+// f(col_t{}, w_t{}) for col's index type and weight's float type (float where none is given).
+template <typename F>
+void dispatch_graph(const SamplingArgs& a, F&& f) {
+  AT_DISPATCH_INDEX_TYPES(a.col.scalar_type(), "graph sampling", [&] {
+    using col_t = index_t;
+    AT_DISPATCH_FLOATING_TYPES(a.weight.defined() ? a.weight.scalar_type() : at::kFloat, "graph sampling",
+                               [&] { f(col_t{}, scalar_t{}); });
+  });
 }
 
 }  // namespace wrs::graph

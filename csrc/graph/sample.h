@@ -1,6 +1,8 @@
 #pragma once
-// One seed's neighbours, the same code on the CPU and the GPU (a thread per seed there).
-// `block(b)` returns Philox block b of the seed's subsequence (graph.h's layouts).
+// One seed's neighbours on the CPU, in the order of the Philox words the GPU's kernels use
+// too (sample_cuda.cu: a thread per two draws with replacement, a warp per seed's trials
+// without), so both draw the same edges from the same table and words. `block(b)` returns
+// Philox block b of the seed's subsequence (graph.h's layouts).
 #include "graph/graph.h"
 
 namespace wrs::graph {

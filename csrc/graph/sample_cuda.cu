@@ -8,7 +8,6 @@
 #include "graph/graph_ops.h"
 #include "graph/status_cuda.cuh"
 
-#include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -206,51 +205,44 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_sample_neighbors_cuda(
-    const at::Tensor& rowptr_in, const at::Tensor& col_in, const std::optional<at::Tensor>& table_in,
-    const std::optional<at::Tensor>& weight_in, const at::Tensor& nodes_in, int64_t k, bool replace, bool validate,
+    const at::Tensor& rowptr, const at::Tensor& col, const std::optional<at::Tensor>& table,
+    const std::optional<at::Tensor>& weight, const at::Tensor& nodes, int64_t k, bool replace, bool validate,
     std::optional<at::Generator> generator) {
   constexpr const char* op = "csr_sample_neighbors";
-  check_sampling(op, rowptr_in, col_in, table_in, weight_in, nodes_in, "nodes");
-  check_fanout(op, k, replace, table_in.has_value(), weight_in.has_value());
-  const c10::cuda::CUDAGuard guard(rowptr_in.device());
-  const at::Tensor rowptr = rowptr_in.contiguous(), col = col_in.contiguous();
-  const at::Tensor nodes = nodes_in.to(at::kLong).contiguous();
-  const at::Tensor table = table_in.has_value() ? table_in->contiguous() : at::Tensor();
-  const at::Tensor weight = weight_in.has_value() ? weight_in->contiguous() : at::Tensor();
-  const int64_t count = nodes.numel();
-  at::Tensor nbr = at::empty({count, k}, rowptr.options());
-  at::Tensor eid = at::empty({count, k}, rowptr.options());
-  at::Tensor counts = at::empty({count}, rowptr.options());
+  const c10::cuda::CUDAGuard guard(rowptr.device());
+  const SamplingArgs a(op, rowptr, col, table, weight, nodes, "nodes");
+  check_fanout(op, k, replace, table.has_value(), weight.has_value());
+  const int64_t count = a.nodes.numel();
+  at::Tensor nbr, eid, counts;
+  std::tie(nbr, eid, counts) = neighbor_outputs(count, k, a.rowptr.options());
   if (count == 0) return {nbr, eid, counts};
   const auto stream = at::cuda::getCurrentCUDAStream();
-  CallStatus status(validate, rowptr.options(), stream);
+  CallStatus status(validate, a.rowptr.options(), stream);
   const int64_t words = 4 * (replace ? replace_blocks(k) : distinct_blocks(k));
-  const auto philox = cuda_philox_state(generator, rowptr.device().index(), static_cast<uint64_t>(words));
-  AT_DISPATCH_INDEX_TYPES(col.scalar_type(), "csr_sample_neighbors_cuda", [&] {
-    using col_t = index_t;
-    const at::ScalarType wt = weight.defined() ? weight.scalar_type() : at::kFloat;
-    AT_DISPATCH_FLOATING_TYPES(wt, "csr_sample_neighbors_cuda", [&] {
-      const Sampling<col_t, scalar_t> s{rowptr.const_data_ptr<int64_t>(),
-                                        col.const_data_ptr<col_t>(),
-                                        table.defined() ? table.const_data_ptr<int64_t>() : nullptr,
-                                        weight.defined() ? weight.const_data_ptr<scalar_t>() : nullptr,
-                                        nodes.const_data_ptr<int64_t>(),
-                                        rowptr.numel() - 1,
-                                        col.numel(),
-                                        count,
-                                        k,
-                                        nbr.mutable_data_ptr<int64_t>(),
-                                        eid.mutable_data_ptr<int64_t>(),
-                                        counts.mutable_data_ptr<int64_t>(),
-                                        status.bits()};
-      if (replace) {
-        const int64_t threads = count * std::max<int64_t>(replace_blocks(k), 1);
-        replace_kernel<<<ceil_div(threads, kThreads), kThreads, 0, stream>>>(s, philox);
-      } else {
-        distinct_kernel<<<grid_for(count * 32, kThreads), kThreads, 0, stream>>>(s, philox);
-      }
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
+  const auto philox = cuda_philox_state(generator, a.rowptr.device().index(), static_cast<uint64_t>(words));
+  dispatch_graph(a, [&](auto col_type, auto w_type) {
+    using col_t = decltype(col_type);
+    using w_t = decltype(w_type);
+    const Sampling<col_t, w_t> s{a.rowptr.const_data_ptr<int64_t>(),
+                                 a.col.const_data_ptr<col_t>(),
+                                 a.table_ptr(),
+                                 a.weight_ptr<w_t>(),
+                                 a.nodes.const_data_ptr<int64_t>(),
+                                 a.num_nodes(),
+                                 a.col.numel(),
+                                 count,
+                                 k,
+                                 nbr.mutable_data_ptr<int64_t>(),
+                                 eid.mutable_data_ptr<int64_t>(),
+                                 counts.mutable_data_ptr<int64_t>(),
+                                 status.bits()};
+    if (replace) {
+      const int64_t threads = count * std::max<int64_t>(replace_blocks(k), 1);
+      replace_kernel<<<ceil_div(threads, kThreads), kThreads, 0, stream>>>(s, philox);
+    } else {
+      distinct_kernel<<<grid_for(count * 32, kThreads), kThreads, 0, stream>>>(s, philox);
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   raise_graph_flags(status.read(), op);
   return {nbr, eid, counts};

@@ -5,7 +5,6 @@
 #include "graph/graph_ops.h"
 #include "graph/walk.h"
 
-#include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
@@ -45,34 +44,25 @@ void walks(const Graph<col_t>& g, const w_t* weight, int64_t nodes, const int64_
   });
 }
 
-at::Tensor csr_random_walk_cpu(const at::Tensor& rowptr_in, const at::Tensor& col_in,
-                               const std::optional<at::Tensor>& table_in, const std::optional<at::Tensor>& weight_in,
-                               const at::Tensor& start_in, int64_t walk_length, double p, double q,
-                               const std::optional<at::Tensor>& rows_sorted, bool validate,
+at::Tensor csr_random_walk_cpu(const at::Tensor& rowptr, const at::Tensor& col, const std::optional<at::Tensor>& table,
+                               const std::optional<at::Tensor>& weight, const at::Tensor& start, int64_t walk_length,
+                               double p, double q, const std::optional<at::Tensor>& rows_sorted, bool validate,
                                std::optional<at::Generator> generator) {
   constexpr const char* op = "csr_random_walk";
-  check_sampling(op, rowptr_in, col_in, table_in, weight_in, start_in, "start");
-  check_walk_args(op, walk_length, p, q, table_in.has_value(), weight_in.has_value());
-  const at::Tensor rowptr = rowptr_in.contiguous(), col = col_in.contiguous();
-  const at::Tensor start = start_in.to(at::kLong).contiguous();
-  const at::Tensor table = table_in.has_value() ? table_in->contiguous() : at::Tensor();
-  const at::Tensor weight = weight_in.has_value() ? weight_in->contiguous() : at::Tensor();
-  const int64_t count = start.numel();
-  at::Tensor out = at::empty({count, walk_length + 1}, rowptr.options());
+  const SamplingArgs a(op, rowptr, col, table, weight, start, "start");
+  check_walk_args(op, walk_length, p, q, table.has_value(), weight.has_value(), rows_sorted, rowptr);
+  const int64_t count = a.nodes.numel();
+  at::Tensor out = at::empty({count, walk_length + 1}, a.rowptr.options());
   if (count == 0) return out;
   const bool sorted = rows_sorted.has_value() && rows_sorted->item<bool>();
   const PhiloxSeed seed = cpu_philox_seed(generator);
   std::atomic<uint32_t> flags{0};
-  AT_DISPATCH_INDEX_TYPES(col.scalar_type(), "csr_random_walk_cpu", [&] {
-    using col_t = index_t;
-    const Graph<col_t> g{rowptr.const_data_ptr<int64_t>(), col.const_data_ptr<col_t>(),
-                         table.defined() ? table.const_data_ptr<int64_t>() : nullptr, col.numel()};
-    const at::ScalarType wt = weight.defined() ? weight.scalar_type() : at::kFloat;
-    AT_DISPATCH_FLOATING_TYPES(wt, "csr_random_walk_cpu", [&] {
-      walks(g, weight.defined() ? weight.const_data_ptr<scalar_t>() : nullptr, rowptr.numel() - 1,
-            start.const_data_ptr<int64_t>(), count, walk_length, p, q, sorted, seed, out.mutable_data_ptr<int64_t>(),
-            flags);
-    });
+  dispatch_graph(a, [&](auto col_type, auto w_type) {
+    using col_t = decltype(col_type);
+    const Graph<col_t> g{a.rowptr.const_data_ptr<int64_t>(), a.col.const_data_ptr<col_t>(), a.table_ptr(),
+                         a.col.numel()};
+    walks(g, a.weight_ptr<decltype(w_type)>(), a.num_nodes(), a.nodes.const_data_ptr<int64_t>(), count, walk_length,
+          p, q, sorted, seed, out.mutable_data_ptr<int64_t>(), flags);
   });
   if (validate) raise_graph_flags(flags.load(), op);  // else the documented result, as on CUDA
   return out;

@@ -8,7 +8,6 @@
 #include "graph/status_cuda.cuh"
 #include "graph/walk.h"
 
-#include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -60,50 +59,37 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-at::Tensor csr_random_walk_cuda(const at::Tensor& rowptr_in, const at::Tensor& col_in,
-                                const std::optional<at::Tensor>& table_in, const std::optional<at::Tensor>& weight_in,
-                                const at::Tensor& start_in, int64_t walk_length, double p, double q,
-                                const std::optional<at::Tensor>& rows_sorted_in, bool validate,
+at::Tensor csr_random_walk_cuda(const at::Tensor& rowptr, const at::Tensor& col, const std::optional<at::Tensor>& table,
+                                const std::optional<at::Tensor>& weight, const at::Tensor& start, int64_t walk_length,
+                                double p, double q, const std::optional<at::Tensor>& rows_sorted, bool validate,
                                 std::optional<at::Generator> generator) {
   constexpr const char* op = "csr_random_walk";
-  check_sampling(op, rowptr_in, col_in, table_in, weight_in, start_in, "start");
-  check_walk_args(op, walk_length, p, q, table_in.has_value(), weight_in.has_value());
-  const c10::cuda::CUDAGuard guard(rowptr_in.device());
-  const at::Tensor rowptr = rowptr_in.contiguous(), col = col_in.contiguous();
-  const at::Tensor start = start_in.to(at::kLong).contiguous();
-  const at::Tensor table = table_in.has_value() ? table_in->contiguous() : at::Tensor();
-  const at::Tensor weight = weight_in.has_value() ? weight_in->contiguous() : at::Tensor();
-  at::Tensor rows_sorted;
-  if (rows_sorted_in.has_value()) {
-    TORCH_CHECK(rows_sorted_in->numel() == 1 && rows_sorted_in->scalar_type() == at::kBool &&
-                    rows_sorted_in->device() == rowptr.device(),
-                op, ": rows_sorted must be a one-element bool tensor on rowptr's device");
-    rows_sorted = rows_sorted_in->contiguous();
-  }
-  const int64_t count = start.numel();
-  at::Tensor out = at::empty({count, walk_length + 1}, rowptr.options());
+  const c10::cuda::CUDAGuard guard(rowptr.device());
+  const SamplingArgs a(op, rowptr, col, table, weight, start, "start");
+  check_walk_args(op, walk_length, p, q, table.has_value(), weight.has_value(), rows_sorted, rowptr);
+  const int64_t count = a.nodes.numel();
+  at::Tensor out = at::empty({count, walk_length + 1}, a.rowptr.options());
   if (count == 0) return out;
+  const at::Tensor sorted = rows_sorted.has_value() ? rows_sorted->contiguous() : at::Tensor();
   const bool second = p != 1.0 || q != 1.0;
   const auto stream = at::cuda::getCurrentCUDAStream();
-  CallStatus status(validate, rowptr.options(), stream);
+  CallStatus status(validate, a.rowptr.options(), stream);
   const uint64_t words = 4 * static_cast<uint64_t>(walk_length) * static_cast<uint64_t>(step_blocks(second));
-  const auto philox = cuda_philox_state(generator, rowptr.device().index(), words);
-  AT_DISPATCH_INDEX_TYPES(col.scalar_type(), "csr_random_walk_cuda", [&] {
-    using col_t = index_t;
-    const Graph<col_t> g{rowptr.const_data_ptr<int64_t>(), col.const_data_ptr<col_t>(),
-                         table.defined() ? table.const_data_ptr<int64_t>() : nullptr, col.numel()};
-    const at::ScalarType wt = weight.defined() ? weight.scalar_type() : at::kFloat;
-    AT_DISPATCH_FLOATING_TYPES(wt, "csr_random_walk_cuda", [&] {
-      const scalar_t* wp = weight.defined() ? weight.const_data_ptr<scalar_t>() : nullptr;
-      const bool* sp = rows_sorted.defined() ? rows_sorted.const_data_ptr<bool>() : nullptr;
-      auto launch = [&](auto kernel) {
-        kernel<<<ceil_div(count, kThreads), kThreads, 0, stream>>>(
-            g, wp, rowptr.numel() - 1, start.const_data_ptr<int64_t>(), count, walk_length, node2vec_bias(p, q), sp,
-            philox, out.mutable_data_ptr<int64_t>(), status.bits());
-      };
-      if (second) launch(walk_kernel<col_t, scalar_t, true>); else launch(walk_kernel<col_t, scalar_t, false>);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
+  const auto philox = cuda_philox_state(generator, a.rowptr.device().index(), words);
+  dispatch_graph(a, [&](auto col_type, auto w_type) {
+    using col_t = decltype(col_type);
+    using w_t = decltype(w_type);
+    const Graph<col_t> g{a.rowptr.const_data_ptr<int64_t>(), a.col.const_data_ptr<col_t>(), a.table_ptr(),
+                         a.col.numel()};
+    const bool* sp = sorted.defined() ? sorted.const_data_ptr<bool>() : nullptr;
+    auto launch = [&](auto kernel) {
+      kernel<<<ceil_div(count, kThreads), kThreads, 0, stream>>>(g, a.weight_ptr<w_t>(), a.num_nodes(),
+                                                                 a.nodes.const_data_ptr<int64_t>(), count, walk_length,
+                                                                 node2vec_bias(p, q), sp, philox,
+                                                                 out.mutable_data_ptr<int64_t>(), status.bits());
+    };
+    if (second) launch(walk_kernel<col_t, w_t, true>); else launch(walk_kernel<col_t, w_t, false>);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   raise_graph_flags(status.read(), op);
   return out;
