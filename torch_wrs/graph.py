@@ -77,12 +77,49 @@ class CSRAliasTable:
         return self.rowptr.device
 
     def degree(self) -> torch.Tensor:
-        """int64 ``[N]``: each node's number of edges."""
+        """Each node's number of edges.
+
+        Parameters
+        ----------
+        None
+
+        Returns
+        -------
+        Tensor
+            int64 ``[N]``.
+
+        Raises
+        ------
+        None
+
+        Examples
+        --------
+        >>> g.degree().max()
+        """
         return self.rowptr[1:] - self.rowptr[:-1]
 
     def edge_probs(self) -> torch.Tensor:
-        """float64 ``[E]``: the probability of each edge in one draw from its node, reconstructed
-        exactly from the tables (zero for the edges of a node whose weights sum to zero)."""
+        """The probability of each edge in one draw from its node, reconstructed exactly from
+        the tables: the law every sampling method here draws from.
+
+        Parameters
+        ----------
+        None
+
+        Returns
+        -------
+        Tensor
+            float64 ``[E]``; zero for the edges of a node whose weights sum to zero.
+
+        Raises
+        ------
+        RuntimeError
+            For a table whose aliases leave their rows (not one ``csr_alias_table`` made).
+
+        Examples
+        --------
+        >>> p = g.edge_probs()   # within 2**-33 / degree of w / sum(w) per node
+        """
         degree = self.degree()
         if self.table is None:
             return torch.repeat_interleave((1.0 / degree.double()).nan_to_num(0.0), degree,
@@ -95,8 +132,27 @@ class CSRAliasTable:
         return mass / (torch.repeat_interleave(degree, degree, output_size=self.num_edges).double() * _BUCKET)
 
     def rows_sorted(self) -> torch.Tensor:
-        """A one-element bool tensor on the device: whether every row of ``col`` is sorted
-        (node2vec's neighbour test then binary-searches). Computed once, nothing read back."""
+        """Whether every row of ``col`` is sorted, so that node2vec's neighbour test may
+        binary-search. Computed once on the device, nothing read back.
+
+        Parameters
+        ----------
+        None
+
+        Returns
+        -------
+        Tensor
+            A one-element bool tensor on the graph's device.
+
+        Raises
+        ------
+        None
+
+        Examples
+        --------
+        >>> bool(g.rows_sorted())
+        True
+        """
         if self._rows_sorted is None:
             e = self.num_edges
             if e <= 1:
@@ -228,14 +284,50 @@ class CSRAliasTable:
 
     def neighbor_sample(self, seeds: torch.Tensor, num_neighbors: Sequence[int], *, replace: bool = False,
                         generator: Optional[torch.Generator] = None):
-        """Multi-hop sampling for GNN mini-batches, in pyg-lib's ``neighbor_sample`` format.
+        """Multi-hop sampling for GNN mini-batches, in pyg-lib's ``neighbor_sample`` format:
+        :func:`neighbor_sample` on this table, reused across batches.
 
-        See :func:`neighbor_sample`; this form reuses the table across batches.
+        Parameters
+        ----------
+        seeds, num_neighbors, replace, generator
+            As :func:`neighbor_sample`.
+
+        Returns
+        -------
+        (Tensor, Tensor, Tensor, Tensor, list of int, list of int)
+            As :func:`neighbor_sample`.
+
+        Raises
+        ------
+        RuntimeError
+            For a seed outside ``[0, N)``.
+
+        Examples
+        --------
+        >>> row, col, node, edge, nodes_per_hop, edges_per_hop = g.neighbor_sample(seeds, [15, 10, 5])
         """
         return _multi_hop(self, seeds, num_neighbors, replace, generator)
 
     def to(self, device) -> "CSRAliasTable":
-        """The same tables on another device (copied, not rebuilt)."""
+        """The same tables on another device (copied, not rebuilt).
+
+        Parameters
+        ----------
+        device : torch.device or str
+
+        Returns
+        -------
+        CSRAliasTable
+
+        Raises
+        ------
+        RuntimeError
+            Where torch's ``Tensor.to`` does.
+
+        Examples
+        --------
+        >>> g_cuda = g.to("cuda")
+        """
         out = CSRAliasTable.__new__(CSRAliasTable)
         out.rowptr = self.rowptr.to(device)
         out.col = self.col.to(device)

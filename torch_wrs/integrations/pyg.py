@@ -59,6 +59,27 @@ class WeightedNeighborSampler(BaseSampler):
         self.generator = generator
 
     def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput:
+        """One mini-batch: the multi-hop sample of ``inputs.node`` (what ``NodeLoader`` calls).
+
+        Parameters
+        ----------
+        inputs : torch_geometric.sampler.NodeSamplerInput
+
+        Returns
+        -------
+        torch_geometric.sampler.SamplerOutput
+            ``node`` (seeds first), ``row`` -> ``col`` edges towards the seeds, ``edge`` (CSC
+            positions; ``edge_permutation`` maps them back), and the per-hop counts.
+
+        Raises
+        ------
+        RuntimeError
+            For a seed outside the graph.
+
+        Examples
+        --------
+        >>> out = sampler.sample_from_nodes(NodeSamplerInput(None, torch.arange(8)))
+        """
         seeds = inputs.node.to(self.graph.device)
         row, col, node, edge, num_nodes, num_edges = self.graph.neighbor_sample(
             seeds, self.num_neighbors, replace=self.replace, generator=self.generator)
