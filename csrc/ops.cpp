@@ -145,6 +145,27 @@ TORCH_LIBRARY(wrs, m) {
         "float p=1.0, float q=1.0, *, Tensor? rows_sorted=None, bool validate=True, Generator? generator=None) "
         "-> Tensor",
         {at::Tag::nondeterministic_seeded});
+  // Prioritized replay (csrc/replay/tree.h states the layout and the law): the state of B
+  // buffers of `capacity` priorities, leaves float64 [2, B, W0], nodes float64 [3, T] and
+  // marks int32 (-1 between calls), all made by torch_wrs.PrioritySampler.
+  // priority_update: raw priorities at index [B, k] (-1 skipped), priority broadcast to it
+  // or None (insert at the buffer's largest priority, 1.0 where that is 0); the last write
+  // of a slot wins; stored as (p + eps)^alpha. validate=True raises for bad index or
+  // priority before writing (one host read on CUDA, none while capturing); without it,
+  // such entries are skipped.
+  m.def("priority_update(Tensor(a!) leaves, Tensor(b!) nodes, Tensor(c!) marks, Tensor index, Tensor? priority, "
+        "int capacity, float alpha, float eps, *, bool validate=True) -> ()");
+  // Recomputes every transformed leaf from the raw priorities, then every node.
+  m.def("priority_rebuild(Tensor(a!) leaves, Tensor(b!) nodes, int capacity, float alpha, float eps) -> ()");
+  // num_samples draws a buffer: int64 indices and float64 probabilities [B, num_samples].
+  // stratified: draw i lies in mass segment [i, i + 1) / num_samples (so in index order).
+  // A buffer with nothing to draw raises with validate=True, else gives index 0, prob NaN.
+  m.def("priority_sample(Tensor leaves, Tensor nodes, int capacity, SymInt num_samples, bool stratified=True, *, "
+        "bool validate=True, Generator? generator=None) -> (Tensor, Tensor)",
+        {at::Tag::nondeterministic_seeded});
+  // Which update method a call of `entries` (B * k) updates takes on `device`, by the method
+  // tables (csrc/replay/replay_ops.h): "paths" on the CPU; "one_block", "levels" or "rebuild" on CUDA.
+  m.def("_priority_route(str device, int buffers, int capacity, int entries) -> str");
   // Speculative decoding's rejection scheme: draft_probs [B, S, V], draft_tokens [B, S],
   // target_probs [B, S + 1, V] -> emitted tokens int64 [B, S + 1] (-1 after the last) and
   // the accepted draft count int64 [B]. The emitted tokens follow the target law exactly.

@@ -145,3 +145,19 @@ def _csr_sample_neighbors_fake(rowptr, col, table, weight, nodes, k, replace=Tru
 def _csr_random_walk_fake(rowptr, col, table, weight, start, walk_length, p=1.0, q=1.0, *, rows_sorted=None,
                           validate=True, generator=None):
     return rowptr.new_empty((start.shape[0], walk_length + 1))
+
+
+@torch.library.register_fake("wrs::priority_update")
+def _priority_update_fake(leaves, nodes, marks, index, priority, capacity, alpha, eps, *, validate=True):
+    return None
+
+
+@torch.library.register_fake("wrs::priority_rebuild")
+def _priority_rebuild_fake(leaves, nodes, capacity, alpha, eps):
+    return None
+
+
+@torch.library.register_fake("wrs::priority_sample")
+def _priority_sample_fake(leaves, nodes, capacity, num_samples, stratified=True, *, validate=True, generator=None):
+    b = leaves.shape[1]
+    return leaves.new_empty((b, num_samples), dtype=torch.int64), leaves.new_empty((b, num_samples))
