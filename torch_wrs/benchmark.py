@@ -18,6 +18,9 @@
                                                  # LLM sampling vs FlashInfer and a torch sort path
                                                  # (torch_wrs/benchmark_llm.py); --merge A.md B.md
                                                  # --out FILE joins the reports of --dtypes calls
+    python -m torch_wrs.benchmark replay [--out FILE]     # prioritized replay against TorchRL's
+                                                 # trees and cumsum + searchsorted
+                                                 # (torch_wrs/benchmark_replay.py)
     python -m torch_wrs.benchmark graph [--graph-scales 21:16,24:8] [--out FILE]
                                                  # graph sampling (CSR alias tables, neighbours,
                                                  # walks) vs torch and torch_cluster on R-MAT
@@ -784,7 +787,7 @@ def _cell_name(c):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "gamma-sweep", "radix",
-                                             "sweep", "contended-sweep", "distributed", "llm", "graph"])
+                                             "sweep", "contended-sweep", "distributed", "llm", "graph", "replay"])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="for `sweep` and `gamma-sweep`")
     parser.add_argument("--out", default="", help="the sweeps: also write the report to this file")
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling` and `radix`")
@@ -815,6 +818,10 @@ def main():
         from .benchmark_llm import merge
 
         return merge(args.merge, args.out)
+    if args.what == "replay":  # the GPU where there is one, and the CPU
+        from .benchmark_replay import run
+
+        return run(args)
     cpu_tables = ("sweep", "gamma-sweep", "contended-sweep")
     if args.device == "cpu" and args.what not in cpu_tables:
         raise SystemExit(f"torch_wrs.benchmark {args.what} runs on CUDA only; on the CPU: "

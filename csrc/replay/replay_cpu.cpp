@@ -126,7 +126,7 @@ std::tuple<at::Tensor, at::Tensor> priority_sample_cpu(const at::Tensor& leaves,
   int64_t* out = index.mutable_data_ptr<int64_t>();
   double* pr = prob.mutable_data_ptr<double>();
   std::atomic<uint32_t> flags{0};
-  parallel_for(0, s.buffers * n, 256, [&](int64_t a, int64_t e) {
+  parallel_for(0, s.buffers * n, 64, [&](int64_t a, int64_t e) {
     PhiloxBlocks blocks(seed, static_cast<uint64_t>(a), static_cast<uint64_t>(e));
     for (int64_t d = a; d < e; ++d) {
       const at::detail::UINT4& w = blocks();
