@@ -163,6 +163,10 @@ TORCH_LIBRARY(wrs, m) {
   m.def("priority_sample(Tensor leaves, Tensor nodes, int capacity, SymInt num_samples, bool stratified=True, *, "
         "bool validate=True, Generator? generator=None) -> (Tensor, Tensor)",
         {at::Tag::nondeterministic_seeded});
+  // Importance weights of draws with probabilities prob [B, n]: (N P_i)^-beta divided by the
+  // largest any drawable slot gets (TorchRL's (t_i / t_min)^-beta), prob's shape and dtype.
+  m.def("priority_weights(Tensor leaves, Tensor nodes, int capacity, Tensor prob, float alpha, float eps, "
+        "float beta) -> Tensor");
   // Which update method a call of `entries` (B * k) updates takes on `device`, by the method
   // tables (csrc/replay/replay_ops.h): "paths" on the CPU; "one_block", "levels" or "rebuild" on CUDA.
   m.def("_priority_route(str device, int buffers, int capacity, int entries) -> str");

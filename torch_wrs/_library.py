@@ -161,3 +161,8 @@ def _priority_rebuild_fake(leaves, nodes, capacity, alpha, eps):
 def _priority_sample_fake(leaves, nodes, capacity, num_samples, stratified=True, *, validate=True, generator=None):
     b = leaves.shape[1]
     return leaves.new_empty((b, num_samples), dtype=torch.int64), leaves.new_empty((b, num_samples))
+
+
+@torch.library.register_fake("wrs::priority_weights")
+def _priority_weights_fake(leaves, nodes, capacity, prob, alpha, eps, beta):
+    return torch.empty_like(prob, memory_format=torch.contiguous_format)

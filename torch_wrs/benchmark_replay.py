@@ -63,17 +63,20 @@ class _Storage:
         return self.n
 
 
-def _times_cuda(fn, warmup=5, reps=50):
+def _times_cuda(fn, warmup=5, reps=30, inner=10):
+    """Microseconds a call: `inner` calls back to back between two events, so the GPU's time
+    (or the host's, where launching is slower) is measured, not one launch's latency."""
     for _ in range(warmup):
         fn()
     out = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(inner):
+            fn()
         b.record()
         b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
+        out.append(a.elapsed_time(b) * 1e3 / inner)
     return _stats(out)
 
 
@@ -93,7 +96,9 @@ def _stats(us):
     return statistics.median(us), us[min(len(us) - 1, int(0.99 * len(us)))]
 
 
-def _graph(fn):
+def _graph(fn, steps=None):
+    if steps is not None:
+        steps.capturing = True
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -103,6 +108,8 @@ def _graph(fn):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
+    if steps is not None:
+        steps.capturing = False
     return g.replay
 
 
@@ -119,6 +126,9 @@ class _Steps:
         p = _priorities(capacity, device, 0)
         self.td = _priorities(65536, device, 1)
         self.cursor = torch.zeros((), dtype=torch.int64, device=device)
+        self.ring = [(torch.arange(m, device=device) + j * m) % capacity for m in (16, 1600) for j in range(8)]
+        self.turn = 0
+        self.capturing = False
         self.ours = torch_wrs.PrioritySampler(capacity, alpha=ALPHA, device=device, validate=False)
         self.ours.update_(torch.arange(capacity, device=device), p)
         self.raw = p.clone()
@@ -129,6 +139,11 @@ class _Steps:
             self.rl.update_priority(torch.arange(capacity, device=device), p)
 
     def _new(self, m):
+        """The next m slots, round robin: from a ring made beforehand, or while capturing a
+        CUDA graph from a device cursor."""
+        if not self.capturing:
+            self.turn += 1
+            return self.ring[(0 if m == 16 else 8) + self.turn % 8]
         new = (self.cursor + torch.arange(m, device=self.device)).remainder_(self.capacity)
         self.cursor.add_(m)
         return new
@@ -158,6 +173,20 @@ class _Steps:
         return w
 
 
+def _profile(what, fn):
+    """Prints the kernels of ten steps and their device time (to the log, not the report)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+    print(f"-- kernels of ten steps, {what}")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
+
+
 def _row(cells):
     return "| " + " | ".join(cells) + " |"
 
@@ -176,8 +205,8 @@ def gpu_section(lines, summary, rl_cuda):
         s = _Steps(capacity, torch.device("cuda"), rl_cuda)
         for n, m in STEPS:
             eager = _times_cuda(lambda: s.ours_step(n, m))
-            graph = _times_cuda(_graph(lambda: s.ours_step(n, m)))
-            rl = _times_cuda(lambda: s.torchrl_step(n, m), reps=20) if s.rl is not None else None
+            graph = _times_cuda(_graph(lambda: s.ours_step(n, m), s), inner=20)
+            rl = _times_cuda(lambda: s.torchrl_step(n, m), reps=10, inner=3) if s.rl is not None else None
             cs = _times_cuda(lambda: s.cumsum_step(n, m))
             vs_rl = rl[0] / eager[0] if rl else float("nan")
             lines.append(_row([f"{capacity:,}", f"{n:,}", f"{m:,}", _us(eager), _us(graph), _us(rl) if rl else "-",
@@ -185,6 +214,8 @@ def gpu_section(lines, summary, rl_cuda):
             if rl and capacity >= 1 << 20:
                 summary.append((f"full step vs TorchRL CUDA, {capacity:,}, n = {n:,}", ">= 10x", f"{vs_rl:.1f}x",
                                 vs_rl >= 10))
+            if (capacity, n) in ((1 << 20, 256), (10_000_000, 65536)):
+                _profile(f"{capacity:,}, n = {n:,}, m = {m:,}", lambda: s.ours_step(n, m))
             if capacity == 1 << 20:
                 summary.append((f"vs cumsum + searchsorted, 2^20, n = {n:,}", ">= 5x", f"{cs[0] / eager[0]:.1f}x",
                                 cs[0] / eager[0] >= 5))
@@ -197,7 +228,7 @@ def gpu_section(lines, summary, rl_cuda):
             levels, c = levels + 1, -(-c // 32)
         for n in (256, 65536):
             eager = _times_cuda(lambda: s.ours.sample(n))
-            graph = _times_cuda(_graph(lambda: s.ours.sample(n)))
+            graph = _times_cuda(_graph(lambda: s.ours.sample(n)), inner=20)
             floor = n * levels * 256 / bandwidth * 1e6
             sample_rows.append(_row([f"{capacity:,}", f"{n:,}", _us(eager), _us(graph), f"{floor:.1f}"]))
             if capacity == 10_000_000 and n == 65536:

@@ -10,7 +10,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _library  # noqa: F401  (registers torch.ops.wrs)
+from ._library import _C, direct_call
 
 _FAN = 32
 Number = Union[int, float]
@@ -147,20 +147,28 @@ class PrioritySampler:
         --------
         >>> s.update_(torch.tensor([3, 7, 3]), torch.tensor([1.0, 2.0, 5.0]))  # slot 3 gets 5.0
         """
-        index = torch.as_tensor(index, device=self.device)
+        if not isinstance(index, torch.Tensor) or index.device != self.device:
+            index = torch.as_tensor(index, device=self.device)
         if not isinstance(priority, torch.Tensor):
             priority = torch.full((), float(priority), dtype=torch.float64, device=self.device)
         elif priority.device != self.device:
             priority = priority.to(self.device)
-        rows = self._rows(index)
-        if priority.dim() > 0:
-            try:
-                priority = priority.broadcast_to(index.shape).reshape(rows.shape)
-            except RuntimeError:
-                raise RuntimeError(f"PrioritySampler.update_: priority of shape {tuple(priority.shape)} does not "
-                                   f"broadcast to index's shape {tuple(index.shape)}") from None
-        torch.ops.wrs.priority_update(self._leaves, self._nodes, self._marks, rows, priority, self.capacity,
-                                      self._alpha, self.eps, validate=self.validate)
+        rows = index
+        if self.batch_shape or index.dim() != 1 or priority.dim() > 1 or (
+                priority.dim() == 1 and priority.shape != index.shape):
+            rows = self._rows(index)
+            if priority.dim() > 0:
+                try:
+                    priority = priority.broadcast_to(index.shape).reshape(rows.shape)
+                except RuntimeError:
+                    raise RuntimeError(f"PrioritySampler.update_: priority of shape {tuple(priority.shape)} does not "
+                                       f"broadcast to index's shape {tuple(index.shape)}") from None
+        if direct_call(rows):
+            _C.priority_update(self._leaves, self._nodes, self._marks, rows, priority, self.capacity, self._alpha,
+                               self.eps, self.validate)
+        else:
+            torch.ops.wrs.priority_update(self._leaves, self._nodes, self._marks, rows, priority, self.capacity,
+                                          self._alpha, self.eps, validate=self.validate)
         return self
 
     def insert_(self, index: torch.Tensor) -> "PrioritySampler":
@@ -185,9 +193,15 @@ class PrioritySampler:
         --------
         >>> s.insert_(torch.arange(16))
         """
-        index = torch.as_tensor(index, device=self.device)
-        torch.ops.wrs.priority_update(self._leaves, self._nodes, self._marks, self._rows(index), None,
-                                      self.capacity, self._alpha, self.eps, validate=self.validate)
+        if not isinstance(index, torch.Tensor) or index.device != self.device:
+            index = torch.as_tensor(index, device=self.device)
+        rows = index if not self.batch_shape and index.dim() == 1 else self._rows(index)
+        if direct_call(rows):
+            _C.priority_update(self._leaves, self._nodes, self._marks, rows, None, self.capacity, self._alpha,
+                               self.eps, self.validate)
+        else:
+            torch.ops.wrs.priority_update(self._leaves, self._nodes, self._marks, rows, None, self.capacity,
+                                          self._alpha, self.eps, validate=self.validate)
         return self
 
     def sample(self, n: int, *, stratified: bool = True,
@@ -219,8 +233,12 @@ class PrioritySampler:
         --------
         >>> index, prob = s.sample(256)
         """
-        index, prob = torch.ops.wrs.priority_sample(self._leaves, self._nodes, self.capacity, n, stratified,
-                                                    validate=self.validate, generator=generator)
+        if direct_call(self._leaves):
+            index, prob = _C.priority_sample(self._leaves, self._nodes, self.capacity, n, stratified, self.validate,
+                                             generator)
+        else:
+            index, prob = torch.ops.wrs.priority_sample(self._leaves, self._nodes, self.capacity, n, stratified,
+                                                        validate=self.validate, generator=generator)
         shape = (*self.batch_shape, n)
         return index.view(shape), prob.view(shape)
 
@@ -254,8 +272,10 @@ class PrioritySampler:
         """
         _check_exponent(beta, "beta")
         if normalize == "buffer":
-            smallest = self._root_row(2).add(self.eps).pow_(self._alpha) / self._root_row(0)  # min P
-            return (prob / smallest.view(*self.batch_shape, 1)).pow_(-beta)
+            rows = prob if not self.batch_shape else prob.reshape(self._buffers, -1)
+            call = _C.priority_weights if direct_call(prob) else torch.ops.wrs.priority_weights
+            return call(self._leaves, self._nodes, self.capacity, rows, self._alpha, self.eps, float(beta)).view(
+                prob.shape)
         if normalize == "batch":
             w = prob.pow(-beta)
             return w / w.amax(-1, keepdim=True)

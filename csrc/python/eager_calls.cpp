@@ -1,5 +1,5 @@
-// torch_wrs._C as a Python module: direct bindings of the drop-ins and of the LLM samplers
-// for eager calls.
+// torch_wrs._C as a Python module: direct bindings of the drop-ins, of the LLM samplers and
+// of the replay sampler for eager calls.
 //
 // A call through torch.ops parses its arguments against the schema, boxed: about 0.6 us
 // per call on the CI machine's CPU, which is most of a small call (torch.multinomial of 4
@@ -87,6 +87,39 @@ std::tuple<at::Tensor, at::Tensor> speculative_accept(const at::Tensor& draft_pr
   return op.call(draft_probs, draft_tokens, target_probs, std::move(generator));
 }
 
+using PriorityUpdateFn = void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const OptTensor&, int64_t, double, double, bool);
+using PrioritySampleFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, int64_t, int64_t,
+                                                            bool, bool, std::optional<at::Generator>);
+using PriorityWeightsFn = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, double, double,
+                                     double);
+
+void priority_update(const at::Tensor& leaves, const at::Tensor& nodes, const at::Tensor& marks,
+                     const at::Tensor& index, const OptTensor& priority, int64_t capacity, double alpha, double eps,
+                     bool validate) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("wrs::priority_update", "").typed<PriorityUpdateFn>();
+  const py::gil_scoped_release no_gil;
+  op.call(leaves, nodes, marks, index, priority, capacity, alpha, eps, validate);
+}
+
+std::tuple<at::Tensor, at::Tensor> priority_sample(const at::Tensor& leaves, const at::Tensor& nodes, int64_t capacity,
+                                                   int64_t n, bool stratified, bool validate,
+                                                   std::optional<at::Generator> generator) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("wrs::priority_sample", "").typed<PrioritySampleFn>();
+  const py::gil_scoped_release no_gil;
+  return op.call(leaves, nodes, capacity, n, stratified, validate, std::move(generator));
+}
+
+at::Tensor priority_weights(const at::Tensor& leaves, const at::Tensor& nodes, int64_t capacity,
+                            const at::Tensor& prob, double alpha, double eps, double beta) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("wrs::priority_weights", "").typed<PriorityWeightsFn>();
+  const py::gil_scoped_release no_gil;
+  return op.call(leaves, nodes, capacity, prob, alpha, eps, beta);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -99,4 +132,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("beta", &beta);
   m.def("sample_llm", &sample_llm);
   m.def("speculative_accept", &speculative_accept);
+  m.def("priority_update", &priority_update);
+  m.def("priority_sample", &priority_sample);
+  m.def("priority_weights", &priority_weights);
 }

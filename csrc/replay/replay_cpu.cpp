@@ -7,6 +7,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
 #include <string>
@@ -150,6 +151,25 @@ std::tuple<at::Tensor, at::Tensor> priority_sample_cpu(const at::Tensor& leaves,
   return {index, prob};
 }
 
+at::Tensor priority_weights_cpu(const at::Tensor& leaves, const at::Tensor& nodes, int64_t capacity,
+                                const at::Tensor& prob, double alpha, double eps, double beta) {
+  constexpr const char* op = "PrioritySampler.weights";
+  const Levels s = check_state(op, leaves, nodes, capacity);
+  const at::Tensor rows = check_prob(op, s, leaves, prob);
+  at::Tensor out = at::empty_like(rows);
+  const int64_t n = rows.size(1);
+  const double* nd = nodes.const_data_ptr<double>();
+  AT_DISPATCH_FLOATING_TYPES(rows.scalar_type(), "priority_weights", [&] {
+    const scalar_t* p = rows.const_data_ptr<scalar_t>();
+    scalar_t* w = out.mutable_data_ptr<scalar_t>();
+    for (int64_t i = 0; i < s.buffers * n; ++i) {
+      const int64_t b = i / n;
+      w[i] = static_cast<scalar_t>(importance_weight(p[i], nd[s.root(b)], nd[2 * s.inner + s.root(b)], alpha, eps, beta));
+    }
+  });
+  return out.view(prob.sizes());
+}
+
 std::string priority_route(const std::string& device, int64_t buffers, int64_t capacity, int64_t entries) {
   TORCH_CHECK(buffers >= 1 && capacity >= 1 && entries >= 1, "_priority_route: buffers, capacity and entries must be positive");
   if (device == "cpu") return "paths";
@@ -165,6 +185,7 @@ TORCH_LIBRARY_IMPL(wrs, CPU, m) {
   m.impl("priority_update", &priority_update_cpu);
   m.impl("priority_rebuild", &priority_rebuild_cpu);
   m.impl("priority_sample", &priority_sample_cpu);
+  m.impl("priority_weights", &priority_weights_cpu);
 }
 
 }  // namespace wrs::replay

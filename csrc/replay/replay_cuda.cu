@@ -7,6 +7,7 @@
 #include "replay/replay_ops.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -261,12 +262,43 @@ std::tuple<at::Tensor, at::Tensor> priority_sample_cuda(const at::Tensor& leaves
   return {index, prob};
 }
 
+template <typename scalar_t>
+__global__ void weights_kernel(Levels s, const double* nodes, const scalar_t* prob, int64_t n, double alpha, double eps,
+                               double beta, scalar_t* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < s.buffers * n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = i / n;
+    out[i] = static_cast<scalar_t>(
+        importance_weight(prob[i], nodes[s.root(b)], nodes[2 * s.inner + s.root(b)], alpha, eps, beta));
+  }
+}
+
+at::Tensor priority_weights_cuda(const at::Tensor& leaves, const at::Tensor& nodes, int64_t capacity,
+                                 const at::Tensor& prob, double alpha, double eps, double beta) {
+  constexpr const char* op = "PrioritySampler.weights";
+  const c10::cuda::CUDAGuard guard(leaves.device());
+  const Levels s = check_state(op, leaves, nodes, capacity);
+  const at::Tensor rows = check_prob(op, s, leaves, prob);
+  at::Tensor out = at::empty_like(rows);
+  const int64_t count = rows.numel();
+  if (count == 0) return out.view(prob.sizes());
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(rows.scalar_type(), "priority_weights", [&] {
+    weights_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(
+        s, nodes.const_data_ptr<double>(), rows.const_data_ptr<scalar_t>(), rows.size(1), alpha, eps, beta,
+        out.mutable_data_ptr<scalar_t>());
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out.view(prob.sizes());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
   m.impl("priority_update", &priority_update_cuda);
   m.impl("priority_rebuild", &priority_rebuild_cuda);
   m.impl("priority_sample", &priority_sample_cuda);
+  m.impl("priority_weights", &priority_weights_cuda);
 }
 
 }  // namespace wrs::replay

@@ -49,19 +49,20 @@ inline Batch check_batch(const char* op, const Levels& s, const at::Tensor& leav
               ": index must be int64 or int32, got ", index.scalar_type());
   TORCH_CHECK(index.device() == leaves.device(), op, ": index is on ", index.device(), " but the sampler is on ",
               leaves.device());
-  TORCH_CHECK(index.dim() == 2 && index.size(0) == s.buffers, op, ": index must be [", s.buffers,
-              ", k] (one row a buffer), got ", index.sizes());
-  TORCH_CHECK(s.buffers * index.size(1) < (int64_t{1} << 31), op, ": at most 2^31 - 1 updates a call");
+  const at::Tensor rows = index.dim() == 1 && s.buffers == 1 ? index.view({1, -1}) : index;
+  TORCH_CHECK(rows.dim() == 2 && rows.size(0) == s.buffers, op, ": index must be [", s.buffers,
+              ", k] (one row a buffer; [k] for one buffer), got ", index.sizes());
+  TORCH_CHECK(s.buffers * rows.size(1) < (int64_t{1} << 31), op, ": at most 2^31 - 1 updates a call");
   Batch batch;
-  batch.k = index.size(1);
-  batch.index = index.to(at::kLong).contiguous();
+  batch.k = rows.size(1);
+  batch.index = rows.to(at::kLong).contiguous();
   if (priority.has_value()) {
     TORCH_CHECK(priority->device() == leaves.device() || priority->dim() == 0, op, ": priority is on ",
                 priority->device(), " but the sampler is on ", leaves.device());
     check_floating(*priority, op, "priority");
     at::Tensor p = priority->device() == leaves.device() ? *priority : priority->to(leaves.device());
     TORCH_CHECK(p.dim() <= 2, op, ": priority must broadcast to index's shape ", index.sizes(), ", got ", p.sizes());
-    batch.priority = p.expand(index.sizes());
+    batch.priority = p.expand(rows.sizes());
   }
   return batch;
 }
@@ -85,6 +86,24 @@ inline const char* method_name(UpdateMethod m) {
     case UpdateMethod::kLevels: return "levels";
     default: return "rebuild";
   }
+}
+
+// prob [B, n] (float32 / float64, on the state's device) for priority_weights.
+inline at::Tensor check_prob(const char* op, const Levels& s, const at::Tensor& leaves, const at::Tensor& prob) {
+  TORCH_CHECK(prob.scalar_type() == at::kDouble || prob.scalar_type() == at::kFloat, op,
+              ": prob must be float64 or float32, got ", prob.scalar_type());
+  TORCH_CHECK(prob.device() == leaves.device(), op, ": prob is on ", prob.device(), " but the sampler is on ",
+              leaves.device());
+  const at::Tensor rows = prob.dim() == 1 && s.buffers == 1 ? prob.view({1, -1}) : prob;
+  TORCH_CHECK(rows.dim() == 2 && rows.size(0) == s.buffers, op, ": prob must be [", s.buffers, ", n], got ",
+              prob.sizes());
+  return rows.contiguous();
+}
+
+// (N P_i)^-beta over the largest any drawable slot gets: (t_i / t_min)^-beta = (P_i total / t_min)^-beta.
+C10_HOST_DEVICE inline double importance_weight(double prob, double total, double min_raw, double alpha, double eps,
+                                                double beta) {
+  return ::pow(prob * (total / transform(min_raw, alpha, eps)), -beta);
 }
 
 inline void raise_replay_flags(uint32_t flags, const char* op) {
