@@ -236,16 +236,32 @@ def test_without_validation_bad_entries_are_skipped(device):
 
 
 def test_route_table():
-    assert torch.ops.wrs._priority_route("cpu", 1, 1 << 20, 256) == "paths"
-    assert torch.ops.wrs._priority_route("cuda", 1, 1 << 20, 256) == "one_block"
-    assert torch.ops.wrs._priority_route("cuda", 1, 1 << 20, 4096) == "one_block"
-    assert torch.ops.wrs._priority_route("cuda", 1, 10_000_000, 65536) == "levels"
-    assert torch.ops.wrs._priority_route("cuda", 1, 1 << 17, 65536) == "rebuild"
+    route = torch.ops.wrs._priority_route
+    assert route("cpu", 1, 1 << 20, 256) == "paths" and route("cpu", 1, 1 << 20, 256, sample=True) == "thread"
+    assert route("cuda", 1, 1 << 20, 256) == "one_block"
+    assert route("cuda", 1, 1 << 20, 1024) == "one_block"
+    assert route("cuda", 1, 1 << 20, 4096) == "levels"
+    assert route("cuda", 1, 10_000_000, 65536) == "levels"
+    assert route("cuda", 1, 1 << 17, 65536) == "rebuild"
+    assert route("cuda", 1, 1 << 20, 8192, sample=True) == "warp"
+    assert route("cuda", 1, 1 << 20, 8193, sample=True) == "thread"
 
 
 @requires_cuda
-@pytest.mark.parametrize("capacity,batch,buffers", [(1 << 20, 256, 1), (1 << 20, 65536, 1), (1 << 17, 65536, 1),
-                                                    (40_000, 3000, 4), (10_000_000, 65536, 1), (33, 5000, 1)])
+def test_warp_and_thread_draws_agree():
+    """Draw d takes Philox subsequence d whichever kernel runs: the warp's scan and the
+    thread's give the same slots."""
+    s = PrioritySampler(300_000, alpha=0.7, device="cuda")
+    s.update_(torch.arange(300_000, device="cuda"), torch.rand(300_000, device="cuda") ** 4)
+    few = s.sample(8192, stratified=False, generator=_gen("cuda", 14))  # a warp a draw
+    many = s.sample(3 * 8192, stratified=False, generator=_gen("cuda", 14))  # a thread a draw
+    assert torch.equal(few[0], many[0][:8192]) and torch.equal(few[1], many[1][:8192])
+
+
+@requires_cuda
+@pytest.mark.parametrize("capacity,batch,buffers", [(1 << 20, 256, 1), (1 << 20, 4096, 1), (1 << 20, 65536, 1),
+                                                    (1 << 17, 65536, 1), (40_000, 3000, 4), (10_000_000, 65536, 1),
+                                                    (33, 5000, 1), (5000, 300, 3)])
 def test_cuda_tree_equals_cpu_tree(capacity, batch, buffers):
     """Every route rebuilds the same tree as the CPU's, bit for bit (alpha 1: no pow)."""
     entries = buffers * batch

@@ -87,7 +87,7 @@ void priority_update_cpu(const at::Tensor& leaves, const at::Tensor& nodes, cons
       const int64_t b = e / batch.k, i = idx[e];
       const double p = value(b, e - b * batch.k);
       if (i < 0 || i >= capacity || bad_priority(p)) continue;  // -1, or bad input when not validating
-      lv[s.leaf(b, i)] = p;
+      lv[s.leaf(b, i)] = p + 0.0;  // -0.0 stored as 0.0
       t[s.leaf(b, i)] = transform(p, alpha, eps);
       touched.push_back(b * capacity + i);
     }
@@ -170,10 +170,13 @@ at::Tensor priority_weights_cpu(const at::Tensor& leaves, const at::Tensor& node
   return out.view(prob.sizes());
 }
 
-std::string priority_route(const std::string& device, int64_t buffers, int64_t capacity, int64_t entries) {
-  TORCH_CHECK(buffers >= 1 && capacity >= 1 && entries >= 1, "_priority_route: buffers, capacity and entries must be positive");
-  if (device == "cpu") return "paths";
+std::string priority_route(const std::string& device, int64_t buffers, int64_t capacity, int64_t entries,
+                           bool sample) {
+  TORCH_CHECK(buffers >= 1 && capacity >= 1 && entries >= 1,
+              "_priority_route: buffers, capacity and entries must be positive");
+  if (device == "cpu") return sample ? "thread" : "paths";
   TORCH_CHECK(device == "cuda", "_priority_route: device must be \"cpu\" or \"cuda\", got \"", device, "\"");
+  if (sample) return choose_sample_cuda(entries) == SampleMethod::kWarp ? "warp" : "thread";
   return method_name(choose_update_cuda(buffers, capacity, entries));
 }
 

@@ -5,6 +5,7 @@
 #include "common/status_word.h"
 #include "common/uniform.h"
 #include "replay/replay_ops.h"
+#include "replay/tree_cuda.cuh"
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty_like.h>
@@ -43,71 +44,98 @@ struct Update {
   double alpha, eps;
 };
 
-// Entry e's part of a phase: 0 claims its leaf (the largest e wins), 1 writes it, 1 + l
-// recomputes level l's nodes above the claimed leaves (the first entry to claim a node's
-// mark does it) and resets the marks below. A bad entry claims nothing; resets and extra
-// recomputes are harmless, so the later phases only need the index in range.
+// Entry e's part of phase 0 (claim its leaf: the largest e wins) or 1 (write it).
 template <typename P>
-__device__ void update_entry(const Update& a, const Priority<P>& prio, int phase, int64_t e) {
+__device__ void write_entry(const Update& a, const Priority<P>& prio, int phase, int64_t e) {
   const Levels& s = a.s;
-  const int64_t b = e / a.k, j = e - b * a.k, i = a.index[e];
-  const bool in_range = i >= 0 && i < s.capacity;
+  const int64_t b = e / a.k, i = a.index[e];
+  const double p = prio(b, e - b * a.k);
+  if (i < 0 || i >= s.capacity || bad_priority(p)) return;
+  const int64_t leaf = s.leaf(b, i);
+  if (phase == 0) {
+    atomicMax(a.marks + leaf, static_cast<int32_t>(e));
+  } else if (a.marks[leaf] == static_cast<int32_t>(e)) {
+    a.leaves[leaf] = p + 0.0;  // -0.0 stored as 0.0
+    a.leaves[s.buffers * s.width[0] + leaf] = transform(p, a.alpha, a.eps);
+  }
+}
+
+// A warp's 32 entries from `base` in level l's phase: each resets the mark below it and
+// claims its node's (the root of its buffer: the buffer's first entry), then the warp
+// recomputes the claimed nodes one by one. Bad entries claimed no leaf; the resets and
+// recomputes they cause are harmless, so only the index's range matters here.
+__device__ void level_warp(const Update& a, int l, int64_t base, int lane) {
+  const Levels& s = a.s;
+  const int64_t e = base + lane;
   int32_t* level_marks = a.marks + s.buffers * s.width[0];
-  if (phase <= 1) {
-    const double p = prio(b, j);
-    if (!in_range || bad_priority(p)) return;
-    const int64_t leaf = s.leaf(b, i);
-    if (phase == 0) {
-      atomicMax(a.marks + leaf, static_cast<int32_t>(e));
-    } else if (a.marks[leaf] == static_cast<int32_t>(e)) {
-      a.leaves[leaf] = p;
-      a.leaves[s.buffers * s.width[0] + leaf] = transform(p, a.alpha, a.eps);
+  bool claimed = false;
+  int64_t b = 0, v = 0;
+  if (e < a.entries) {
+    b = e / a.k;
+    const int64_t i = a.index[e];
+    const bool in_range = i >= 0 && i < s.capacity;
+    if (in_range) {
+      if (l == 1) a.marks[s.leaf(b, i)] = -1;
+      else level_marks[s.node(l - 1, b, i >> (kFanBits * (l - 1)))] = -1;
     }
-    return;
-  }
-  const int l = phase - 1;
-  if (in_range) {
-    if (l == 1) a.marks[s.leaf(b, i)] = -1;
-    else level_marks[s.node(l - 1, b, i >> (kFanBits * (l - 1)))] = -1;
-  }
-  if (l < s.top) {
-    const int64_t v = i >> (kFanBits * l);
-    if (in_range && atomicCAS(level_marks + s.node(l, b, v), -1, static_cast<int32_t>(e)) == -1) {
-      recompute(s, a.leaves, a.nodes, l, b, v);
+    if (l < s.top) {
+      v = i >> (kFanBits * l);
+      claimed = in_range && atomicCAS(level_marks + s.node(l, b, v), -1, static_cast<int32_t>(e)) == -1;
+    } else {
+      claimed = e == b * a.k;
     }
-  } else if (j == 0) {
-    recompute(s, a.leaves, a.nodes, l, b, 0);
+  }
+  for (unsigned mask = __ballot_sync(kFullMask, claimed); mask != 0; mask &= mask - 1) {
+    const int src = __ffs(mask) - 1;
+    recompute_warp(s, a.leaves, a.nodes, l, __shfl_sync(kFullMask, b, src), __shfl_sync(kFullMask, v, src), lane);
   }
 }
 
 template <typename P>
 __global__ void update_one_block_kernel(Update a, Priority<P> prio) {
-  for (int phase = 0; phase <= a.s.top + 1; ++phase) {
-    for (int64_t e = threadIdx.x; e < a.entries; e += blockDim.x) update_entry(a, prio, phase, e);
+  for (int phase = 0; phase < 2; ++phase) {
+    for (int64_t e = threadIdx.x; e < a.entries; e += blockDim.x) write_entry(a, prio, phase, e);
     __syncthreads();  // the block's writes are seen by all of it from here
+  }
+  const int lane = threadIdx.x % kFan;
+  for (int l = 1; l <= a.s.top; ++l) {
+    for (int64_t base = threadIdx.x - lane; base < a.entries; base += blockDim.x) level_warp(a, l, base, lane);
+    __syncthreads();
   }
 }
 
 template <typename P>
-__global__ void update_phase_kernel(Update a, Priority<P> prio, int phase) {
+__global__ void write_kernel(Update a, Priority<P> prio, int phase) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < a.entries;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    update_entry(a, prio, phase, e);
+    write_entry(a, prio, phase, e);
   }
 }
 
-// Every node of level l; at level 1 also the reset of the leaves the batch claimed.
+__global__ void level_kernel(Update a, int l) {
+  const int lane = threadIdx.x % kFan;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t base = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x - lane; base < a.entries;
+       base += stride) {
+    level_warp(a, l, base, lane);
+  }
+}
+
+// Every node of level l, a warp each; at level 1 also the reset of the leaves the batch claimed.
 __global__ void rebuild_level_kernel(Update a, int l) {
   const Levels& s = a.s;
-  const int64_t nodes = s.buffers * s.count[l];
-  const int64_t n = l == 1 && a.entries > nodes ? a.entries : nodes;
-  for (int64_t x = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; x < n;
-       x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (l == 1 && x < a.entries) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (l == 1) {
+    for (int64_t x = first; x < a.entries; x += stride) {
       const int64_t i = a.index[x];
       if (i >= 0 && i < s.capacity) a.marks[s.leaf(x / a.k, i)] = -1;
     }
-    if (x < nodes) recompute(s, a.leaves, a.nodes, l, x / s.count[l], x % s.count[l]);
+  }
+  const int lane = threadIdx.x % kFan;
+  const int64_t nodes = s.buffers * s.count[l];
+  for (int64_t w = first / kFan; w < nodes; w += stride / kFan) {
+    recompute_warp(s, a.leaves, a.nodes, l, w / s.count[l], w % s.count[l], lane);
   }
 }
 
@@ -130,6 +158,11 @@ __global__ void check_kernel(const int64_t* index, int64_t entries, int64_t k, i
   }
 }
 
+// A CUDA kernel was picked because some argument is on CUDA: the state must be too.
+void check_cuda_state(const char* op, const at::Tensor& leaves) {
+  TORCH_CHECK(leaves.is_cuda(), op, ": an argument is on CUDA but the sampler's state is on ", leaves.device());
+}
+
 template <typename F>
 void with_priority(const Batch& batch, const Levels& s, const double* nodes, const F& f) {
   if (!batch.priority.defined()) {
@@ -146,6 +179,7 @@ void priority_update_cuda(const at::Tensor& leaves, const at::Tensor& nodes, con
                           const at::Tensor& index, const std::optional<at::Tensor>& priority, int64_t capacity,
                           double alpha, double eps, bool validate) {
   constexpr const char* op = "PrioritySampler.update_";
+  check_cuda_state(op, leaves);
   const c10::cuda::CUDAGuard guard(leaves.device());
   const Levels s = check_state(op, leaves, nodes, capacity);
   check_marks(op, marks, s, leaves);
@@ -170,15 +204,15 @@ void priority_update_cuda(const at::Tensor& leaves, const at::Tensor& nodes, con
       return;
     }
     const int grid = grid_for(entries, kThreads);
-    update_phase_kernel<<<grid, kThreads, 0, stream>>>(a, prio, 0);
-    update_phase_kernel<<<grid, kThreads, 0, stream>>>(a, prio, 1);
+    write_kernel<<<grid, kThreads, 0, stream>>>(a, prio, 0);
+    write_kernel<<<grid, kThreads, 0, stream>>>(a, prio, 1);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     for (int l = 1; l <= s.top; ++l) {
       if (method == UpdateMethod::kRebuild) {
-        const int64_t n = std::max(l == 1 ? entries : 0, s.buffers * s.count[l]);
+        const int64_t n = std::max(l == 1 ? entries : 0, s.buffers * s.count[l] * kFan);
         rebuild_level_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, l);
       } else {
-        update_phase_kernel<<<grid, kThreads, 0, stream>>>(a, prio, l + 1);
+        level_kernel<<<grid, kThreads, 0, stream>>>(a, l);
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
@@ -188,6 +222,7 @@ void priority_update_cuda(const at::Tensor& leaves, const at::Tensor& nodes, con
 void priority_rebuild_cuda(const at::Tensor& leaves, const at::Tensor& nodes, int64_t capacity, double alpha,
                            double eps) {
   constexpr const char* op = "PrioritySampler.rebuild_";
+  check_cuda_state(op, leaves);
   const c10::cuda::CUDAGuard guard(leaves.device());
   const Levels s = check_state(op, leaves, nodes, capacity);
   const auto stream = at::cuda::getCurrentCUDAStream();
@@ -198,15 +233,30 @@ void priority_rebuild_cuda(const at::Tensor& leaves, const at::Tensor& nodes, in
   const Update a{s, leaves.mutable_data_ptr<double>(), nodes.mutable_data_ptr<double>(), nullptr, nullptr, 1, 0,
                  alpha, eps};
   for (int l = 1; l <= s.top; ++l) {
-    rebuild_level_kernel<<<grid_for(s.buffers * s.count[l], kThreads), kThreads, 0, stream>>>(a, l);
+    rebuild_level_kernel<<<grid_for(s.buffers * s.count[l] * kFan, kThreads), kThreads, 0, stream>>>(a, l);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }
 
-// A thread a draw: the children of each node on the way down are loaded together (two
-// 16-byte loads at a time) before the CPU's scan picks one.
-__global__ void sample_kernel(Levels s, const double* leaves, const double* nodes, int64_t n, bool stratified,
-                              at::PhiloxCudaState philox, int64_t* index, double* prob, uint32_t* status) {
+// Draw d's result, or the documented one for a buffer with nothing to draw.
+__device__ inline void put_draw(int64_t d, int64_t leaf, double total, const double* t_row, int64_t* index,
+                                double* prob, uint32_t* status) {
+  if (leaf < 0) {
+    if (status != nullptr) atomicOr(status, total > 0 ? kTotalOverflow : kEmpty);
+    index[d] = 0;
+    prob[d] = __longlong_as_double(0x7ff8000000000000LL);
+  } else {
+    index[d] = leaf;
+    prob[d] = t_row[leaf] / total;
+  }
+}
+
+__device__ inline bool drawable(double total) { return total > 0 && total <= 1.7976931348623157e308; }
+
+// A thread a draw (many draws: the memory system is the limit): the children of each node
+// on the way down are loaded together, two 16-byte loads at a time, then scanned.
+__global__ void sample_thread_kernel(Levels s, const double* leaves, const double* nodes, int64_t n, bool stratified,
+                                     at::PhiloxCudaState philox, int64_t* index, double* prob, uint32_t* status) {
   const PhiloxSeed seed = philox_seed(philox);
   const double* t = leaves + s.buffers * s.width[0];
   for (int64_t d = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; d < s.buffers * n;
@@ -214,7 +264,7 @@ __global__ void sample_kernel(Levels s, const double* leaves, const double* node
     const int64_t b = d / n;
     const double total = nodes[s.root(b)];
     int64_t leaf = -1;
-    if (total > 0 && total <= 1.7976931348623157e308) {
+    if (drawable(total)) {
       const uint4 w = philox_block_cuda(seed, static_cast<uint64_t>(d));
       double staged[kFan];
       auto load = [&staged](const double* c) {
@@ -229,14 +279,28 @@ __global__ void sample_kernel(Levels s, const double* leaves, const double* node
       };
       leaf = descend(s, leaves, nodes, b, draw_mass(total, d - b * n, n, stratified, open_uniform(w.x, w.y)), load);
     }
-    if (leaf < 0) {
-      if (status != nullptr) atomicOr(status, total > 0 ? kTotalOverflow : kEmpty);
-      index[d] = 0;
-      prob[d] = __longlong_as_double(0x7ff8000000000000LL);
-    } else {
-      index[d] = leaf;
-      prob[d] = t[s.leaf(b, leaf)] / total;
+    put_draw(d, leaf, total, t + s.leaf(b, 0), index, prob, status);
+  }
+}
+
+// A warp a draw (few draws: latency is the limit): one coalesced load a level.
+__global__ void sample_warp_kernel(Levels s, const double* leaves, const double* nodes, int64_t n, bool stratified,
+                                   at::PhiloxCudaState philox, int64_t* index, double* prob, uint32_t* status) {
+  const PhiloxSeed seed = philox_seed(philox);
+  const double* t = leaves + s.buffers * s.width[0];
+  const int lane = threadIdx.x % kFan;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kFan;
+  for (int64_t d = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kFan; d < s.buffers * n;
+       d += warps) {
+    const int64_t b = d / n;
+    const double total = nodes[s.root(b)];
+    int64_t leaf = -1;
+    if (drawable(total)) {
+      const uint4 w = philox_block_cuda(seed, static_cast<uint64_t>(d));
+      leaf = descend_warp(s, leaves, nodes, b, draw_mass(total, d - b * n, n, stratified, open_uniform(w.x, w.y)),
+                          lane);
     }
+    if (lane == 0) put_draw(d, leaf, total, t + s.leaf(b, 0), index, prob, status);
   }
 }
 
@@ -244,6 +308,7 @@ std::tuple<at::Tensor, at::Tensor> priority_sample_cuda(const at::Tensor& leaves
                                                         int64_t capacity, int64_t n, bool stratified, bool validate,
                                                         std::optional<at::Generator> generator) {
   constexpr const char* op = "PrioritySampler.sample";
+  check_cuda_state(op, leaves);
   const c10::cuda::CUDAGuard guard(leaves.device());
   const Levels s = check_state(op, leaves, nodes, capacity);
   TORCH_CHECK(n >= 0, op, ": n must be non-negative, got ", n);
@@ -254,7 +319,10 @@ std::tuple<at::Tensor, at::Tensor> priority_sample_cuda(const at::Tensor& leaves
   const auto philox = cuda_philox_state(generator, leaves.device().index(), 4);
   std::optional<StatusWord> status;
   if (validate && !stream_is_capturing(stream)) status.emplace(leaves.options(), stream);
-  sample_kernel<<<grid_for(s.buffers * n, kThreads), kThreads, 0, stream>>>(
+  const int64_t draws = s.buffers * n;
+  const bool warp = choose_sample_cuda(draws) == SampleMethod::kWarp;
+  auto kernel = warp ? sample_warp_kernel : sample_thread_kernel;
+  kernel<<<grid_for(warp ? draws * kFan : draws, kThreads), kThreads, 0, stream>>>(
       s, leaves.const_data_ptr<double>(), nodes.const_data_ptr<double>(), n, stratified, philox,
       index.mutable_data_ptr<int64_t>(), prob.mutable_data_ptr<double>(), status ? status->bits() : nullptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -276,6 +344,7 @@ __global__ void weights_kernel(Levels s, const double* nodes, const scalar_t* pr
 at::Tensor priority_weights_cuda(const at::Tensor& leaves, const at::Tensor& nodes, int64_t capacity,
                                  const at::Tensor& prob, double alpha, double eps, double beta) {
   constexpr const char* op = "PrioritySampler.weights";
+  check_cuda_state(op, leaves);
   const c10::cuda::CUDAGuard guard(leaves.device());
   const Levels s = check_state(op, leaves, nodes, capacity);
   const at::Tensor rows = check_prob(op, s, leaves, prob);

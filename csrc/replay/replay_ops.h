@@ -68,16 +68,26 @@ inline Batch check_batch(const char* op, const Levels& s, const at::Tensor& leav
 }
 
 // The CUDA update's method table. One block runs every phase (one launch) while the batch
-// fits it; past that, a launch a phase; a rebuild of every node where the batch touches
+// is small; past that, a launch a phase; a rebuild of every node where the batch touches
 // most of the tree anyway. The CPU always recomputes the touched paths.
 enum class UpdateMethod { kOneBlock, kLevels, kRebuild };
 
-constexpr int64_t kOneBlockEntries = 4096;
+constexpr int64_t kOneBlockEntries = 1024;
 
 inline UpdateMethod choose_update_cuda(int64_t buffers, int64_t capacity, int64_t entries) {
   if (entries <= kOneBlockEntries) return UpdateMethod::kOneBlock;
   if (entries * 8 >= buffers * capacity) return UpdateMethod::kRebuild;
   return UpdateMethod::kLevels;
+}
+
+// The CUDA draws' method table: a warp a draw while the draws are few (one coalesced load a
+// level, latency-bound), a thread a draw past that (enough loads in flight to fill memory).
+enum class SampleMethod { kWarp, kThread };
+
+constexpr int64_t kWarpDraws = 8192;
+
+inline SampleMethod choose_sample_cuda(int64_t draws) {
+  return draws <= kWarpDraws ? SampleMethod::kWarp : SampleMethod::kThread;
 }
 
 inline const char* method_name(UpdateMethod m) {

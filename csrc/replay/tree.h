@@ -10,9 +10,8 @@
 // levels one after another: row 0 the sum of the children's t, row 1 the largest p below,
 // row 2 the smallest p below among drawable items (t > 0; +inf where none).
 //
-// No drift: a node's sum is always recomputed from its kFan children, added in order, so
-// the root is the same function of the leaves however many updates came before; and the
-// descent's running prefix is that same sequence of additions, so it ends at the parent.
+// No drift: a node's sum is always recomputed from its kFan children (scan_children), so
+// the root is the same function of the leaves however many updates came before.
 //
 // Updates (last write wins within a batch, only touched paths recomputed) run in phases
 // over the batch's entries j: claim (the largest j per leaf owns it), write, then one phase
@@ -81,16 +80,31 @@ C10_HOST_DEVICE inline double transform(double p, double alpha, double eps) {
 
 C10_HOST_DEVICE inline bool bad_priority(double p) { return !(p >= 0) || p == std::numeric_limits<double>::infinity(); }
 
-// One node from its kFan children: in order, so that the sums never drift.
+// The inclusive prefix sums of kFan values in the order a warp's shuffle scan adds them
+// (Hillis-Steele: at step d, x[c] += x[c - d] for c >= d), so that the CPU, a thread and a
+// warp of the GPU compute the same bits. A node's sum is its children's last prefix, always
+// recomputed from them, so the sums never drift and a descent's prefixes end at the parent.
+C10_HOST_DEVICE inline void scan_children(const double* t, double* incl) {
+#pragma unroll
+  for (int c = 0; c < kFan; ++c) incl[c] = t[c];
+#pragma unroll
+  for (int d = 1; d < kFan; d *= 2) {
+#pragma unroll
+    for (int c = kFan - 1; c >= d; --c) incl[c] = incl[c - d] + incl[c];
+  }
+}
+
 struct Node {
   double sum, max, min;
 };
 
+// One node from its kFan children.
 C10_HOST_DEVICE inline Node combine(const double* t, const double* p_max, const double* p_min, bool leaves) {
-  Node n{0.0, 0.0, std::numeric_limits<double>::infinity()};
+  double incl[kFan];
+  scan_children(t, incl);
+  Node n{incl[kFan - 1], 0.0, std::numeric_limits<double>::infinity()};
 #pragma unroll
   for (int c = 0; c < kFan; ++c) {
-    n.sum += t[c];
     n.max = p_max[c] > n.max ? p_max[c] : n.max;
     const bool live = leaves ? t[c] > 0 : true;  // a leaf below min only while drawable
     n.min = live && p_min[c] < n.min ? p_min[c] : n.min;
@@ -98,8 +112,9 @@ C10_HOST_DEVICE inline Node combine(const double* t, const double* p_max, const 
   return n;
 }
 
-// Node v of level l (l >= 1) of buffer b, recomputed from the level below.
-C10_HOST_DEVICE inline void recompute(const Levels& s, double* leaves, double* nodes, int l, int64_t b, int64_t v) {
+// Node v of level l (l >= 1) of buffer b, recomputed from the level below (the CPU's way;
+// the GPU's warp does the same arithmetic).
+inline void recompute(const Levels& s, double* leaves, double* nodes, int l, int64_t b, int64_t v) {
   const int64_t rows = s.inner;
   Node n;
   if (l == 1) {
@@ -117,27 +132,34 @@ C10_HOST_DEVICE inline void recompute(const Levels& s, double* leaves, double* n
   nodes[2 * rows + at] = n.min;
 }
 
-// The child of a node that mass u (relative to the node) falls in: the first with
-// t > 0 and u < its inclusive prefix, or, where rounding left u past them all, the last
-// with t > 0. u becomes relative to the child, within [0, its sum]. -1: no child has mass.
+// Where mass u (relative to a node) goes, given child c's mass t, its inclusive prefix and
+// the one before it: the first child with t > 0 and u < its prefix, or, where rounding left
+// u past them all, the last with t > 0; u becomes relative to the child, within [0, t].
+C10_HOST_DEVICE inline double into_child(double u, double before, double t, bool hit) {
+  const double r = u - before;
+  return hit ? (r < 0 ? 0.0 : r) : (r > t ? t : r);
+}
+
+// The child that mass u falls in (-1: no child has mass); u becomes relative to it.
 C10_HOST_DEVICE inline int pick_child(const double* t, double& u) {
-  double acc = 0.0, last_before = 0.0, last_mass = 0.0;
+  double incl[kFan];
+  scan_children(t, incl);
   int last = -1;
+  double last_before = 0.0, last_t = 0.0;
 #pragma unroll
   for (int c = 0; c < kFan; ++c) {
-    const double s = t[c];
-    if (s > 0) {
-      if (u < acc + s) {
-        u = u - acc < 0 ? 0 : u - acc;
+    const double before = c > 0 ? incl[c - 1] : 0.0;
+    if (t[c] > 0) {
+      if (u < incl[c]) {
+        u = into_child(u, before, t[c], true);
         return c;
       }
       last = c;
-      last_before = acc;
-      last_mass = s;
+      last_before = before;
+      last_t = t[c];
     }
-    acc += s;
   }
-  if (last >= 0) u = u - last_before > last_mass ? last_mass : u - last_before;
+  if (last >= 0) u = into_child(u, last_before, last_t, false);
   return last;
 }
 
