@@ -46,6 +46,16 @@ void recompute_level(const Levels& s, double* leaves, double* nodes, int32_t* ma
     }
   }
   const int64_t n = static_cast<int64_t>(work.size());
+  if (l == 1) {  // the children are mostly cold: ask for all their lines before the first sum waits on one
+    for (const int64_t w : work) {
+      const int64_t b = w / s.count[1];
+      const double* raw = leaves + s.leaf(b, (w - b * s.count[1]) * kFan);
+      for (int line = 0; line < kFan; line += 8) {
+        __builtin_prefetch(raw + line);
+        __builtin_prefetch(raw + s.buffers * s.width[0] + line);
+      }
+    }
+  }
   parallel_for(0, n, 512, [&](int64_t a, int64_t e) {
     for (int64_t i = a; i < e; ++i) {
       const int64_t b = work[i] / s.count[l];
@@ -134,8 +144,7 @@ std::tuple<at::Tensor, at::Tensor> priority_sample_cpu(const at::Tensor& leaves,
       const int64_t b = d / n;
       const double total = nd[s.root(b)];
       const int64_t leaf = total > 0 && total <= std::numeric_limits<double>::max()
-                               ? descend(s, lv, nd, b, draw_mass(total, d - b * n, n, stratified, open_uniform(w[0], w[1])),
-                                         [](const double* c) { return c; })
+                               ? descend(s, lv, nd, b, draw_mass(total, d - b * n, n, stratified, open_uniform(w[0], w[1])))
                                : -1;
       if (leaf < 0) {  // documented result where the call does not raise
         flags |= total > 0 ? kTotalOverflow : kEmpty;
@@ -170,13 +179,11 @@ at::Tensor priority_weights_cpu(const at::Tensor& leaves, const at::Tensor& node
   return out.view(prob.sizes());
 }
 
-std::string priority_route(const std::string& device, int64_t buffers, int64_t capacity, int64_t entries,
-                           bool sample) {
+std::string priority_route(const std::string& device, int64_t buffers, int64_t capacity, int64_t entries) {
   TORCH_CHECK(buffers >= 1 && capacity >= 1 && entries >= 1,
               "_priority_route: buffers, capacity and entries must be positive");
-  if (device == "cpu") return sample ? "thread" : "paths";
+  if (device == "cpu") return "paths";
   TORCH_CHECK(device == "cuda", "_priority_route: device must be \"cpu\" or \"cuda\", got \"", device, "\"");
-  if (sample) return choose_sample_cuda(entries) == SampleMethod::kWarp ? "warp" : "thread";
   return method_name(choose_update_cuda(buffers, capacity, entries));
 }
 

@@ -60,46 +60,73 @@ __device__ void write_entry(const Update& a, const Priority<P>& prio, int phase,
   }
 }
 
-// A warp's 32 entries from `base` in level l's phase: each resets the mark below it and
-// claims its node's (the root of its buffer: the buffer's first entry), then the warp
-// recomputes the claimed nodes one by one. Bad entries claimed no leaf; the resets and
-// recomputes they cause are harmless, so only the index's range matters here.
-__device__ void level_warp(const Update& a, int l, int64_t base, int lane) {
+// Entry e's part of level l's phase: reset the mark below it and claim its node's (the
+// root's: the buffer's first entry). Bad entries claimed no leaf; the resets and recomputes
+// they cause are harmless, so only the index's range matters here. Returns whether e
+// claimed, with the node in (b, v).
+__device__ inline bool claim_node(const Update& a, int l, int64_t e, int64_t& b, int64_t& v) {
   const Levels& s = a.s;
-  const int64_t e = base + lane;
   int32_t* level_marks = a.marks + s.buffers * s.width[0];
-  bool claimed = false;
-  int64_t b = 0, v = 0;
-  if (e < a.entries) {
-    b = e / a.k;
-    const int64_t i = a.index[e];
-    const bool in_range = i >= 0 && i < s.capacity;
-    if (in_range) {
-      if (l == 1) a.marks[s.leaf(b, i)] = -1;
-      else level_marks[s.node(l - 1, b, i >> (kFanBits * (l - 1)))] = -1;
-    }
-    if (l < s.top) {
-      v = i >> (kFanBits * l);
-      claimed = in_range && atomicCAS(level_marks + s.node(l, b, v), -1, static_cast<int32_t>(e)) == -1;
-    } else {
-      claimed = e == b * a.k;
-    }
+  b = e / a.k;
+  const int64_t i = a.index[e];
+  const bool in_range = i >= 0 && i < s.capacity;
+  if (in_range) {
+    if (l == 1) a.marks[s.leaf(b, i)] = -1;
+    else level_marks[s.node(l - 1, b, i >> (kFanBits * (l - 1)))] = -1;
   }
-  for (unsigned mask = __ballot_sync(kFullMask, claimed); mask != 0; mask &= mask - 1) {
-    const int src = __ffs(mask) - 1;
-    recompute_warp(s, a.leaves, a.nodes, l, __shfl_sync(kFullMask, b, src), __shfl_sync(kFullMask, v, src), lane);
+  if (l == s.top) {
+    v = 0;
+    return e == b * a.k;
+  }
+  v = i >> (kFanBits * l);
+  return in_range && atomicCAS(level_marks + s.node(l, b, v), -1, static_cast<int32_t>(e)) == -1;
+}
+
+// A warp's 32 entries from `base` in level l's phase: each claims, then the warp recomputes
+// the claimed nodes kBatch at a time.
+__device__ void level_warp(const Update& a, int l, int64_t base, int lane) {
+  int64_t b = 0, v = 0;
+  const bool claimed = base + lane < a.entries && claim_node(a, l, base + lane, b, v);
+  unsigned mask = __ballot_sync(kFullMask, claimed);
+  while (mask != 0) {
+    int64_t bs[kBatch], vs[kBatch];
+    int count = 0;
+    for (; count < kBatch && mask != 0; ++count, mask &= mask - 1) {
+      const int src = __ffs(mask) - 1;
+      bs[count] = __shfl_sync(kFullMask, b, src);
+      vs[count] = __shfl_sync(kFullMask, v, src);
+    }
+    recompute_batch(a.s, a.leaves, a.nodes, l, bs, vs, count, lane);
   }
 }
 
+// Every phase in one block: the claimed nodes of a level are listed in shared memory and
+// shared out among all the block's warps, kBatch at a time.
 template <typename P>
 __global__ void update_one_block_kernel(Update a, Priority<P> prio) {
+  __shared__ int64_t listed_b[kOneBlockEntries], listed_v[kOneBlockEntries];
+  __shared__ int listed;
   for (int phase = 0; phase < 2; ++phase) {
     for (int64_t e = threadIdx.x; e < a.entries; e += blockDim.x) write_entry(a, prio, phase, e);
     __syncthreads();  // the block's writes are seen by all of it from here
   }
-  const int lane = threadIdx.x % kFan;
+  const int lane = threadIdx.x % kFan, warp = threadIdx.x / kFan, warps = blockDim.x / kFan;
   for (int l = 1; l <= a.s.top; ++l) {
-    for (int64_t base = threadIdx.x - lane; base < a.entries; base += blockDim.x) level_warp(a, l, base, lane);
+    if (threadIdx.x == 0) listed = 0;
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < a.entries; e += blockDim.x) {
+      int64_t b, v;
+      if (claim_node(a, l, e, b, v)) {
+        const int at = atomicAdd(&listed, 1);
+        listed_b[at] = b;
+        listed_v[at] = v;
+      }
+    }
+    __syncthreads();
+    for (int first = warp * kBatch; first < listed; first += warps * kBatch) {
+      const int count = listed - first < kBatch ? listed - first : kBatch;
+      recompute_batch(a.s, a.leaves, a.nodes, l, listed_b + first, listed_v + first, count, lane);
+    }
     __syncthreads();
   }
 }
@@ -135,7 +162,8 @@ __global__ void rebuild_level_kernel(Update a, int l) {
   const int lane = threadIdx.x % kFan;
   const int64_t nodes = s.buffers * s.count[l];
   for (int64_t w = first / kFan; w < nodes; w += stride / kFan) {
-    recompute_warp(s, a.leaves, a.nodes, l, w / s.count[l], w % s.count[l], lane);
+    const int64_t b = w / s.count[l], v = w % s.count[l];
+    recompute_batch(s, a.leaves, a.nodes, l, &b, &v, 1, lane);
   }
 }
 
@@ -253,37 +281,7 @@ __device__ inline void put_draw(int64_t d, int64_t leaf, double total, const dou
 
 __device__ inline bool drawable(double total) { return total > 0 && total <= 1.7976931348623157e308; }
 
-// A thread a draw (many draws: the memory system is the limit): the children of each node
-// on the way down are loaded together, two 16-byte loads at a time, then scanned.
-__global__ void sample_thread_kernel(Levels s, const double* leaves, const double* nodes, int64_t n, bool stratified,
-                                     at::PhiloxCudaState philox, int64_t* index, double* prob, uint32_t* status) {
-  const PhiloxSeed seed = philox_seed(philox);
-  const double* t = leaves + s.buffers * s.width[0];
-  for (int64_t d = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; d < s.buffers * n;
-       d += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t b = d / n;
-    const double total = nodes[s.root(b)];
-    int64_t leaf = -1;
-    if (drawable(total)) {
-      const uint4 w = philox_block_cuda(seed, static_cast<uint64_t>(d));
-      double staged[kFan];
-      auto load = [&staged](const double* c) {
-        const double2* c2 = reinterpret_cast<const double2*>(c);
-#pragma unroll
-        for (int q = 0; q < kFan / 2; ++q) {
-          const double2 x = __ldg(c2 + q);
-          staged[2 * q] = x.x;
-          staged[2 * q + 1] = x.y;
-        }
-        return static_cast<const double*>(staged);
-      };
-      leaf = descend(s, leaves, nodes, b, draw_mass(total, d - b * n, n, stratified, open_uniform(w.x, w.y)), load);
-    }
-    put_draw(d, leaf, total, t + s.leaf(b, 0), index, prob, status);
-  }
-}
-
-// A warp a draw (few draws: latency is the limit): one coalesced load a level.
+// A warp a draw: one coalesced 256-byte load a level, the draws' walks side by side.
 __global__ void sample_warp_kernel(Levels s, const double* leaves, const double* nodes, int64_t n, bool stratified,
                                    at::PhiloxCudaState philox, int64_t* index, double* prob, uint32_t* status) {
   const PhiloxSeed seed = philox_seed(philox);
@@ -319,10 +317,7 @@ std::tuple<at::Tensor, at::Tensor> priority_sample_cuda(const at::Tensor& leaves
   const auto philox = cuda_philox_state(generator, leaves.device().index(), 4);
   std::optional<StatusWord> status;
   if (validate && !stream_is_capturing(stream)) status.emplace(leaves.options(), stream);
-  const int64_t draws = s.buffers * n;
-  const bool warp = choose_sample_cuda(draws) == SampleMethod::kWarp;
-  auto kernel = warp ? sample_warp_kernel : sample_thread_kernel;
-  kernel<<<grid_for(warp ? draws * kFan : draws, kThreads), kThreads, 0, stream>>>(
+  sample_warp_kernel<<<grid_for(s.buffers * n * kFan, kThreads), kThreads, 0, stream>>>(
       s, leaves.const_data_ptr<double>(), nodes.const_data_ptr<double>(), n, stratified, philox,
       index.mutable_data_ptr<int64_t>(), prob.mutable_data_ptr<double>(), status ? status->bits() : nullptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -10,8 +10,8 @@
 // levels one after another: row 0 the sum of the children's t, row 1 the largest p below,
 // row 2 the smallest p below among drawable items (t > 0; +inf where none).
 //
-// No drift: a node's sum is always recomputed from its kFan children (scan_children), so
-// the root is the same function of the leaves however many updates came before.
+// No drift: a node's sum is always recomputed from its kFan children, so the root is the
+// same function of the leaves however many updates came before.
 //
 // Updates (last write wins within a batch, only touched paths recomputed) run in phases
 // over the batch's entries j: claim (the largest j per leaf owns it), write, then one phase
@@ -80,31 +80,17 @@ C10_HOST_DEVICE inline double transform(double p, double alpha, double eps) {
 
 C10_HOST_DEVICE inline bool bad_priority(double p) { return !(p >= 0) || p == std::numeric_limits<double>::infinity(); }
 
-// The inclusive prefix sums of kFan values in the order a warp's shuffle scan adds them
-// (Hillis-Steele: at step d, x[c] += x[c - d] for c >= d), so that the CPU, a thread and a
-// warp of the GPU compute the same bits. A node's sum is its children's last prefix, always
-// recomputed from them, so the sums never drift and a descent's prefixes end at the parent.
-C10_HOST_DEVICE inline void scan_children(const double* t, double* incl) {
-#pragma unroll
-  for (int c = 0; c < kFan; ++c) incl[c] = t[c];
-#pragma unroll
-  for (int d = 1; d < kFan; d *= 2) {
-#pragma unroll
-    for (int c = kFan - 1; c >= d; --c) incl[c] = incl[c - d] + incl[c];
-  }
-}
-
 struct Node {
   double sum, max, min;
 };
 
-// One node from its kFan children.
-C10_HOST_DEVICE inline Node combine(const double* t, const double* p_max, const double* p_min, bool leaves) {
-  double incl[kFan];
-  scan_children(t, incl);
-  Node n{incl[kFan - 1], 0.0, std::numeric_limits<double>::infinity()};
-#pragma unroll
+// One node from its kFan children, added in order on the CPU (a GPU warp adds them in its
+// shuffle scan's order: each device's sum is a fixed function of the children, so nothing
+// drifts, and the two agree to the last bits or so).
+inline Node combine(const double* t, const double* p_max, const double* p_min, bool leaves) {
+  Node n{0.0, 0.0, std::numeric_limits<double>::infinity()};
   for (int c = 0; c < kFan; ++c) {
+    n.sum += t[c];
     n.max = p_max[c] > n.max ? p_max[c] : n.max;
     const bool live = leaves ? t[c] > 0 : true;  // a leaf below min only while drawable
     n.min = live && p_min[c] < n.min ? p_min[c] : n.min;
@@ -113,7 +99,7 @@ C10_HOST_DEVICE inline Node combine(const double* t, const double* p_max, const 
 }
 
 // Node v of level l (l >= 1) of buffer b, recomputed from the level below (the CPU's way;
-// the GPU's warp does the same arithmetic).
+// tree_cuda.cuh has the warp's).
 inline void recompute(const Levels& s, double* leaves, double* nodes, int l, int64_t b, int64_t v) {
   const int64_t rows = s.inner;
   Node n;
@@ -140,39 +126,34 @@ C10_HOST_DEVICE inline double into_child(double u, double before, double t, bool
   return hit ? (r < 0 ? 0.0 : r) : (r > t ? t : r);
 }
 
-// The child that mass u falls in (-1: no child has mass); u becomes relative to it.
-C10_HOST_DEVICE inline int pick_child(const double* t, double& u) {
-  double incl[kFan];
-  scan_children(t, incl);
+// The child that mass u falls in (-1: no child has mass), the CPU's way (prefixes added in
+// order, as combine adds them); u becomes relative to it.
+inline int pick_child(const double* t, double& u) {
+  double acc = 0.0, last_before = 0.0, last_t = 0.0;
   int last = -1;
-  double last_before = 0.0, last_t = 0.0;
-#pragma unroll
   for (int c = 0; c < kFan; ++c) {
-    const double before = c > 0 ? incl[c - 1] : 0.0;
     if (t[c] > 0) {
-      if (u < incl[c]) {
-        u = into_child(u, before, t[c], true);
+      if (u < acc + t[c]) {
+        u = into_child(u, acc, t[c], true);
         return c;
       }
       last = c;
-      last_before = before;
+      last_before = acc;
       last_t = t[c];
     }
+    acc += t[c];
   }
   if (last >= 0) u = into_child(u, last_before, last_t, false);
   return last;
 }
 
-// The leaf of buffer b that mass u (in [0, total)) falls in, or -1 for a buffer with no
-// mass. `load` gives the kFan children sums at a pointer (so the GPU can stage them).
-template <typename Load>
-C10_HOST_DEVICE inline int64_t descend(const Levels& s, const double* leaves, const double* nodes, int64_t b, double u,
-                                       Load load) {
+// The leaf of buffer b that mass u (in [0, total)) falls in, or -1 for a buffer with no mass.
+inline int64_t descend(const Levels& s, const double* leaves, const double* nodes, int64_t b, double u) {
   int64_t v = 0;
   for (int l = s.top; l >= 1; --l) {
     const double* children = l == 1 ? leaves + s.buffers * s.width[0] + s.leaf(b, v * kFan)
                                     : nodes + s.node(l - 1, b, v * kFan);
-    const int c = pick_child(load(children), u);
+    const int c = pick_child(children, u);
     if (c < 0) return -1;
     v = v * kFan + c;
   }

@@ -1,7 +1,6 @@
 #pragma once
 // A warp's share of the tree (tree.h): lane c holds child c, so a node's children are one
-// coalesced 256-byte load, and the shuffle scan adds in scan_children's order (the same
-// bits as the CPU and as a thread of the GPU).
+// coalesced 256-byte load, and sums and prefixes come from a shuffle scan (Hillis-Steele).
 #include "replay/tree.h"
 
 #include <cstdint>
@@ -31,34 +30,46 @@ __device__ inline double warp_min(double v) {
   return v;
 }
 
-// recompute (tree.h) by a whole warp.
-__device__ inline void recompute_warp(const Levels& s, double* leaves, double* nodes, int l, int64_t b, int64_t v,
-                                      int lane) {
+// Up to kBatch nodes of level l recomputed by a whole warp (lane c holds child c): their
+// children are loaded together, so the loads' latency is paid once for the batch. The sum
+// is the shuffle scan's last prefix (the descent's prefixes end at it).
+constexpr int kBatch = 4;
+
+__device__ inline void recompute_batch(const Levels& s, double* leaves, double* nodes, int l, const int64_t* b,
+                                       const int64_t* v, int count, int lane) {
   const int64_t rows = s.inner;
-  double t, p_max, p_min;
-  if (l == 1) {
-    const int64_t at = s.leaf(b, v * kFan + lane);
-    p_max = leaves[at];
-    t = leaves[s.buffers * s.width[0] + at];
-    p_min = t > 0 ? p_max : std::numeric_limits<double>::infinity();
-  } else {
-    const int64_t at = s.node(l - 1, b, v * kFan + lane);
-    t = nodes[at];
-    p_max = nodes[rows + at];
-    p_min = nodes[2 * rows + at];
+  double t[kBatch], p_max[kBatch], p_min[kBatch];
+#pragma unroll
+  for (int k = 0; k < kBatch; ++k) {
+    if (k >= count) break;
+    if (l == 1) {
+      const int64_t at = s.leaf(b[k], v[k] * kFan + lane);
+      p_max[k] = leaves[at];
+      t[k] = leaves[s.buffers * s.width[0] + at];
+    } else {
+      const int64_t at = s.node(l - 1, b[k], v[k] * kFan + lane);
+      t[k] = nodes[at];
+      p_max[k] = nodes[rows + at];
+      p_min[k] = nodes[2 * rows + at];
+    }
   }
-  const double sum = __shfl_sync(kFullMask, warp_scan(t, lane), kFan - 1);
-  p_max = warp_max(fmax(p_max, 0.0));  // combine starts from 0
-  p_min = warp_min(p_min);
-  if (lane == 0) {
-    const int64_t at = s.node(l, b, v);
-    nodes[at] = sum;
-    nodes[rows + at] = p_max;
-    nodes[2 * rows + at] = p_min;
+#pragma unroll
+  for (int k = 0; k < kBatch; ++k) {
+    if (k >= count) break;
+    if (l == 1) p_min[k] = t[k] > 0 ? p_max[k] : std::numeric_limits<double>::infinity();  // only drawable leaves
+    const double sum = __shfl_sync(kFullMask, warp_scan(t[k], lane), kFan - 1);
+    const double hi = warp_max(fmax(p_max[k], 0.0));  // as combine, from 0
+    const double lo = warp_min(p_min[k]);
+    if (lane == 0) {
+      const int64_t at = s.node(l, b[k], v[k]);
+      nodes[at] = sum;
+      nodes[rows + at] = hi;
+      nodes[2 * rows + at] = lo;
+    }
   }
 }
 
-// pick_child (tree.h) by a whole warp, u the same in every lane.
+// pick_child (tree.h) by a whole warp, u the same in every lane, with the scan's prefixes.
 __device__ inline int pick_child_warp(const double* children, double& u, int lane) {
   const double t = children[lane];
   const double incl = warp_scan(t, lane);
