@@ -167,9 +167,10 @@ TORCH_LIBRARY(wrs, m) {
   // largest any drawable slot gets (TorchRL's (t_i / t_min)^-beta), prob's shape and dtype.
   m.def("priority_weights(Tensor leaves, Tensor nodes, int capacity, Tensor prob, float alpha, float eps, "
         "float beta) -> Tensor");
-  // Which update method a call of `entries` (B * k) updates takes on `device`, by the method
-  // tables (csrc/replay/replay_ops.h): "paths" on the CPU; "one_block", "levels" or "rebuild" on CUDA.
-  m.def("_priority_route(str device, int buffers, int capacity, int entries) -> str");
+  // Which method a call takes on `device` by the method tables (csrc/replay/replay_ops.h): an
+  // update of `entries` (B * k) slots, "paths" on the CPU, "one_block", "levels" or "rebuild"
+  // on CUDA; with sample=True, `entries` draws, "thread" on the CPU, "warp" or "thread" on CUDA.
+  m.def("_priority_route(str device, int buffers, int capacity, int entries, *, bool sample=False) -> str");
   // Speculative decoding's rejection scheme: draft_probs [B, S, V], draft_tokens [B, S],
   // target_probs [B, S + 1, V] -> emitted tokens int64 [B, S + 1] (-1 after the last) and
   // the accepted draft count int64 [B]. The emitted tokens follow the target law exactly.

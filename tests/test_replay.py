@@ -237,12 +237,36 @@ def test_without_validation_bad_entries_are_skipped(device):
 
 def test_route_table():
     route = torch.ops.wrs._priority_route
-    assert route("cpu", 1, 1 << 20, 256) == "paths"
+    assert route("cpu", 1, 1 << 20, 256) == "paths" and route("cpu", 1, 1 << 20, 256, sample=True) == "thread"
     assert route("cuda", 1, 1 << 20, 256) == "one_block"
     assert route("cuda", 1, 1 << 20, 1024) == "one_block"
     assert route("cuda", 1, 1 << 20, 4096) == "levels"
     assert route("cuda", 1, 10_000_000, 65536) == "levels"
     assert route("cuda", 1, 1 << 17, 65536) == "rebuild"
+    assert route("cuda", 1, 1 << 20, 8192, sample=True) == "warp"
+    assert route("cuda", 1, 1 << 20, 8193, sample=True) == "thread"
+
+
+@requires_cuda
+def test_warp_and_thread_draws_follow_the_law():
+    """Both CUDA draw kernels (a warp a draw below 8,193 draws, a thread a draw above) give
+    each slot its probability: G-tests over 2e7 draws each, and the same draws where the
+    two prefix orders agree (all but rounding-level boundaries)."""
+    capacity = 300_000
+    s = PrioritySampler(capacity, alpha=0.7, device="cuda")
+    p = torch.rand(capacity, generator=torch.Generator().manual_seed(15), dtype=torch.float64) ** 4
+    p[::7] = 0
+    s.update_(torch.arange(capacity, device="cuda"), p.cuda())
+    law = s.probs().cpu()
+    for n in (8192, 1 << 20):
+        counts = torch.zeros(capacity, dtype=torch.int64, device="cuda")
+        for c in range(20_000_000 // n):
+            index, _ = s.sample(n, stratified=False, generator=_gen("cuda", 16 + c))
+            counts += torch.bincount(index, minlength=capacity)
+        assert g_test_pvalue(counts.cpu(), law) > P_MIN, n
+    few = s.sample(8192, stratified=False, generator=_gen("cuda", 17))[0]
+    many = s.sample(3 * 8192, stratified=False, generator=_gen("cuda", 17))[0][:8192]
+    assert (few == many).double().mean() > 0.999
 
 
 @requires_cuda

@@ -144,7 +144,8 @@ std::tuple<at::Tensor, at::Tensor> priority_sample_cpu(const at::Tensor& leaves,
       const int64_t b = d / n;
       const double total = nd[s.root(b)];
       const int64_t leaf = total > 0 && total <= std::numeric_limits<double>::max()
-                               ? descend(s, lv, nd, b, draw_mass(total, d - b * n, n, stratified, open_uniform(w[0], w[1])))
+                               ? descend(s, lv, nd, b, draw_mass(total, d - b * n, n, stratified, open_uniform(w[0], w[1])),
+                                         [](const double* c) { return c; })
                                : -1;
       if (leaf < 0) {  // documented result where the call does not raise
         flags |= total > 0 ? kTotalOverflow : kEmpty;
@@ -179,11 +180,13 @@ at::Tensor priority_weights_cpu(const at::Tensor& leaves, const at::Tensor& node
   return out.view(prob.sizes());
 }
 
-std::string priority_route(const std::string& device, int64_t buffers, int64_t capacity, int64_t entries) {
+std::string priority_route(const std::string& device, int64_t buffers, int64_t capacity, int64_t entries,
+                           bool sample) {
   TORCH_CHECK(buffers >= 1 && capacity >= 1 && entries >= 1,
               "_priority_route: buffers, capacity and entries must be positive");
-  if (device == "cpu") return "paths";
+  if (device == "cpu") return sample ? "thread" : "paths";
   TORCH_CHECK(device == "cuda", "_priority_route: device must be \"cpu\" or \"cuda\", got \"", device, "\"");
+  if (sample) return choose_sample_cuda(entries) == SampleMethod::kWarp ? "warp" : "thread";
   return method_name(choose_update_cuda(buffers, capacity, entries));
 }
 

@@ -126,11 +126,12 @@ C10_HOST_DEVICE inline double into_child(double u, double before, double t, bool
   return hit ? (r < 0 ? 0.0 : r) : (r > t ? t : r);
 }
 
-// The child that mass u falls in (-1: no child has mass), the CPU's way (prefixes added in
-// order, as combine adds them); u becomes relative to it.
-inline int pick_child(const double* t, double& u) {
+// The child that mass u falls in (-1: no child has mass), with the prefixes added in order
+// as combine adds them (the CPU, and a GPU thread a draw); u becomes relative to it.
+C10_HOST_DEVICE inline int pick_child(const double* t, double& u) {
   double acc = 0.0, last_before = 0.0, last_t = 0.0;
   int last = -1;
+#pragma unroll
   for (int c = 0; c < kFan; ++c) {
     if (t[c] > 0) {
       if (u < acc + t[c]) {
@@ -148,12 +149,15 @@ inline int pick_child(const double* t, double& u) {
 }
 
 // The leaf of buffer b that mass u (in [0, total)) falls in, or -1 for a buffer with no mass.
-inline int64_t descend(const Levels& s, const double* leaves, const double* nodes, int64_t b, double u) {
+// `load` gives the kFan children's masses at a pointer (so a GPU thread can stage them).
+template <typename Load>
+C10_HOST_DEVICE inline int64_t descend(const Levels& s, const double* leaves, const double* nodes, int64_t b, double u,
+                                       Load load) {
   int64_t v = 0;
   for (int l = s.top; l >= 1; --l) {
     const double* children = l == 1 ? leaves + s.buffers * s.width[0] + s.leaf(b, v * kFan)
                                     : nodes + s.node(l - 1, b, v * kFan);
-    const int c = pick_child(children, u);
+    const int c = pick_child(load(children), u);
     if (c < 0) return -1;
     v = v * kFan + c;
   }
