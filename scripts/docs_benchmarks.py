@@ -4,8 +4,8 @@
 
 Recorded runs: the sweeps' full reports (docs/multinomial_sweep_{h100,h200,cpu}.md,
 docs/multinomial_contended_cpu.md, written by `python -m torch_wrs.benchmark ... --out`),
-the LLM benchmark (docs/llm_bench_h200.md), the graph benchmark (docs/graph_bench_h200.md)
-and the other tables (docs/runs/*.md), each
+the LLM benchmark (docs/llm_bench_h200.md), the graph benchmark (docs/graph_bench_h200.md),
+the replay benchmark (docs/replay_bench_h200.md) and the other tables (docs/runs/*.md), each
 headed by its device, versions and date. Replace a run's file with a newer run's output,
 then run this script; the page holds current numbers only.
 """
@@ -127,6 +127,27 @@ def llm_bars(text, path):
     return controls, fi, th
 
 
+def replay_bars(text, path):
+    """A full PER step's time per (capacity, n): ours eager and in a CUDA graph, TorchRL's
+    CUDA sampler, cumsum + searchsorted in a CUDA graph."""
+    rows = table_rows(text, "| capacity | n | m | ours, eager |")
+    labels = [f"{r[0]}\nn={r[1]}" for r in rows]
+    med = lambda cell: float(cell.split("/")[0].replace(",", ""))  # noqa: E731
+    series = [("ours, eager", [med(r[3]) for r in rows]), ("ours, CUDA graph", [med(r[4]) for r in rows]),
+              ("TorchRL CUDA", [med(r[5]) for r in rows]), ("cumsum + searchsorted, graph", [med(r[7]) for r in rows])]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(8.5, 3.4))
+    for k, (name, ys) in enumerate(series):
+        ax.bar(x + (k - 1.5) * 0.2, ys, 0.2, label=name)
+    ax.set_yscale("log")
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_ylabel("us a step (median)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main():
     out = ["# Benchmarks", "",
            "Current numbers, written by `python scripts/docs_benchmarks.py` from the latest recorded "
@@ -177,6 +198,13 @@ def main():
     out += ["## Graph sampling", "", text, "",
             "The targets and where they are missed: [graph.md](graph.md). "
             "Every row: [graph_bench_h200.md](graph_bench_h200.md).", ""]
+
+    text = read("replay_bench_h200.md")
+    replay_bars(text, os.path.join(DOCS, "_static/replay_h200.png"))
+    text = text.split("\n", 1)[1].strip().replace("\n## ", "\n### ")
+    out += ["## Prioritized replay", "", text, "", "![a PER step's time](_static/replay_h200.png)", "",
+            "The targets and where they are missed: [replay.md](replay.md). "
+            "The run: [replay_bench_h200.md](replay_bench_h200.md).", ""]
 
     for run in RUNS:
         text = read(os.path.join("runs", f"{run}.md"))

@@ -76,6 +76,8 @@ case "$what" in
     # Optional test dependencies: their tests skip, saying why, where these do not install.
     $PY -c "import torch_geometric" 2>/dev/null || $PY -m pip install -q torch_geometric > build/optional.log 2>&1 ||
       echo "== torch_geometric did not install (see build/optional.log): its adapter's tests skip"
+    $PY -c "import torchrl, gymnasium" 2>/dev/null || $PY -m pip install -q torchrl gymnasium >> build/optional.log 2>&1 ||
+      echo "== torchrl or gymnasium did not install (see build/optional.log): the TorchRL adapter's tests skip"
     $PY -m pytest tests -q -p no:cacheprovider "$@"
     echo "== C++: LibTorch build, then the TorchScript and AOTInductor tests (they load what pytest exported)"
     prefix="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
