@@ -59,6 +59,20 @@ def cuda_ms(fn, warmup=3, reps=20):
     return statistics.median(times)
 
 
+def captured(fn):
+    """fn() captured in a CUDA graph (after warm-up calls on a side stream): its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def copy_bandwidth():
     """Device-to-device copy bandwidth in bytes/s, counting bytes read plus written."""
     src = torch.empty(1 << 29, dtype=torch.uint8, device="cuda").random_()

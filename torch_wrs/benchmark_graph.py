@@ -17,7 +17,7 @@ import torch
 
 import torch_wrs
 
-from .benchmark import copy_bandwidth, cuda_ms
+from .benchmark import captured, copy_bandwidth, cuda_ms
 
 A, B, C = 0.57, 0.19, 0.19
 
@@ -117,16 +117,7 @@ def multi_hop_torch(rowptr, col, w, seeds, fanouts, generator):
 
 def _graph_replay_ms(fn):
     """Median ms of replaying fn() captured in a CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return cuda_ms(graph.replay, warmup=5, reps=50)
+    return cuda_ms(captured(fn), warmup=5, reps=50)
 
 
 def _row(cells):

@@ -18,7 +18,7 @@ import torch
 
 import torch_wrs
 
-from .benchmark import copy_bandwidth
+from .benchmark import captured, copy_bandwidth
 
 ALPHA, BETA = 0.6, 0.4
 CAPACITIES = (1 << 17, 1 << 20, 10_000_000)
@@ -97,20 +97,13 @@ def _stats(us):
 
 
 def _graph(fn, steps=None):
+    """fn captured in a CUDA graph; `steps` draws its insert slots from a device cursor meanwhile."""
     if steps is not None:
         steps.capturing = True
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    replay = captured(fn)
     if steps is not None:
         steps.capturing = False
-    return g.replay
+    return replay
 
 
 def _priorities(n, device, seed):

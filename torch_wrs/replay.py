@@ -99,10 +99,12 @@ class PrioritySampler:
 
     @property
     def device(self) -> torch.device:
+        """The device the tree lives on."""
         return self._leaves.device
 
     @property
     def alpha(self) -> float:
+        """The priority exponent; setting it re-transforms every stored priority in one pass."""
         return self._alpha
 
     @alpha.setter

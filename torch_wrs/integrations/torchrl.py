@@ -155,6 +155,31 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         return None
 
     def sample(self, storage: Storage, batch_size: int):
+        """Draws ``batch_size`` slots of ``storage`` with TorchRL's importance weights.
+
+        Parameters
+        ----------
+        storage : torchrl Storage
+            The buffer's storage (its length, shape and device are read).
+        batch_size : int
+            Draws.
+
+        Returns
+        -------
+        (Tensor or tuple, dict)
+            The slots (unravelled for a multi-dimensional storage) and
+            ``{"priority_weight": (t_i / t_min) ** -beta}`` in ``dtype``.
+
+        Raises
+        ------
+        RuntimeError
+            For an empty storage (TorchRL's text), or with ``validate`` where every
+            priority is 0.
+
+        Examples
+        --------
+        >>> index, info = sampler.sample(rb.storage, 32)
+        """
         self._maybe_init_from_storage(storage)
         if len(storage) == 0:
             raise RuntimeError(_EMPTY_STORAGE_ERROR)
@@ -167,6 +192,32 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
     @torch.no_grad()
     def update_priority(self, index: Union[int, torch.Tensor], priority: Union[float, torch.Tensor], *,
                         storage: Optional[Storage] = None) -> None:
+        """Writes raw priorities (TorchRL's contract: ``-1`` entries skipped, a number or a
+        tensor of index's length, multi-dimensional indices raveled with ``storage``).
+
+        Parameters
+        ----------
+        index : int or Tensor
+            Slots, ``(k,)`` or ``(k, ndim)`` for a multi-dimensional storage.
+        priority : float or Tensor
+            Raw priorities (transformed once, as ``(p + eps) ** alpha``).
+        storage : torchrl Storage, optional
+            Needed for multi-dimensional indices.
+
+        Returns
+        -------
+        None
+
+        Raises
+        ------
+        RuntimeError
+            For a priority whose length is not index's, multi-dimensional indices without
+            ``storage``, or (with ``validate``) bad slots or priorities.
+
+        Examples
+        --------
+        >>> sampler.update_priority(info["index"], td_error.abs())
+        """
         self._maybe_init_from_storage(storage)
         device = self.device
         index = torch.as_tensor(index, dtype=torch.long, device=device)
@@ -199,10 +250,40 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         self._core.update_(index, priority)
 
     def state_dict(self) -> dict:
+        """The settings, the tracked largest priority and the priorities.
+
+        Returns
+        -------
+        dict
+
+        Raises
+        ------
+        RuntimeError
+            Never.
+
+        Examples
+        --------
+        >>> other.load_state_dict(sampler.state_dict())
+        """
         return {"_alpha": self._alpha, "_beta": self._beta, "_eps": self._eps, "_seen": self._seen,
                 "_core": self._core.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Restores :meth:`state_dict`'s settings and priorities (the trees are rebuilt).
+
+        Parameters
+        ----------
+        state_dict : dict
+
+        Raises
+        ------
+        RuntimeError
+            Where the capacity differs.
+
+        Examples
+        --------
+        >>> sampler.load_state_dict(saved)
+        """
         self._alpha, self._beta, self._eps = state_dict["_alpha"], state_dict["_beta"], state_dict["_eps"]
         self._init()
         self._core.load_state_dict(state_dict["_core"])
@@ -213,10 +294,40 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         self._init()
 
     def dumps(self, path) -> None:
+        """Saves :meth:`state_dict` under the folder ``path`` (``ReplayBuffer.dumps`` calls it).
+
+        Parameters
+        ----------
+        path : str or Path
+
+        Raises
+        ------
+        OSError
+            Where the folder cannot be written.
+
+        Examples
+        --------
+        >>> sampler.dumps("ckpt/sampler")
+        """
         os.makedirs(path, exist_ok=True)
         torch.save(self.state_dict(), os.path.join(path, "torch_wrs_priorities.pt"))
 
     def loads(self, path) -> None:
+        """Loads what :meth:`dumps` saved under ``path``.
+
+        Parameters
+        ----------
+        path : str or Path
+
+        Raises
+        ------
+        OSError
+            Where nothing was saved there.
+
+        Examples
+        --------
+        >>> sampler.loads("ckpt/sampler")
+        """
         self.load_state_dict(torch.load(os.path.join(path, "torch_wrs_priorities.pt"), weights_only=False))
 
     def __repr__(self) -> str:
