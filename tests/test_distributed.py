@@ -59,7 +59,7 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     import torch_wrs.distributed as D
 
     res = {}
-    table = ShardedAliasTable(shard_weights(rank, sizes).to(device))
+    table = ShardedAliasTable(shard_weights(rank, sizes).to(device), placement="shard")
     gen = lambda: torch.Generator(device=device).manual_seed(SEED)  # every rank seeded alike  # noqa: E731
     res["ordered"] = table.sample(draws, generator=gen()).cpu()
     res["again"] = table.sample(draws, generator=gen()).cpu()
@@ -89,9 +89,31 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     res["err_probs_of"] = _expect_error(lambda: table.probs_of(oob))
     res["after_errors"] = table.sample(100, generator=gen()).cpu()
 
-    # Shards held as several tables (as past 2^31 categories), here pieces of 256.
+    # Placement: the whole table on every rank, drawn locally; "auto" replicates what fits.
+    rep = ShardedAliasTable(shard_weights(rank, sizes).to(device), placement="replicate")
+    res["rep"] = (rep.placement, len(rep.full_tables), len(rep.tables))
+    res["rep_ordered"] = rep.sample(draws, generator=gen()).cpu()
+    res["rep_again"] = rep.sample(draws, generator=gen()).cpu()
+    res["rep_unordered"] = rep.sample(draws, ordered=False, generator=gen()).cpu()
+    res["rep_owned"] = rep.sample_owned(draws, generator=gen())[0].cpu()
+    res["rep_probs_of"] = rep.probs_of(probe).cpu()
+    res["auto"] = ShardedAliasTable(shard_weights(rank, sizes).to(device)).placement
+    res["auto_no_room"] = ShardedAliasTable(shard_weights(rank, sizes).to(device), memory_share=0.0).placement
+    res["err_placement"] = _expect_error(
+        lambda: ShardedAliasTable(shard_weights(rank, sizes).to(device), placement="shard" if rank == last else "auto"))
+    res["err_placement_name"] = _expect_error(
+        lambda: ShardedAliasTable(shard_weights(rank, sizes).to(device), placement="everywhere" if rank == 0 else "auto"))
+    res["err_share"] = _expect_error(
+        lambda: ShardedAliasTable(shard_weights(rank, sizes).to(device), memory_share=2.0 if rank == last else 0.5))
+
+    # Shards held as several tables (as past 2^31 categories), here pieces of 256: the
+    # replicated table too.
     D._MAX_PIECE = 256
-    pieces = ShardedAliasTable(shard_weights(rank, sizes).to(device))
+    pieces = ShardedAliasTable(shard_weights(rank, sizes).to(device), placement="shard")
+    rep_pieces = ShardedAliasTable(shard_weights(rank, sizes).to(device), placement="replicate")
+    res["rep_pieces"] = len(rep_pieces.full_tables)
+    res["rep_pieces_ordered"] = rep_pieces.sample(draws, generator=gen()).cpu()
+    res["rep_pieces_unordered"] = rep_pieces.sample(draws, ordered=False, generator=gen()).cpu()
     res["pieces_tables"] = len(pieces.tables)
     res["pieces_ordered"] = pieces.sample(draws, generator=gen()).cpu()
     res["pieces_unordered"] = pieces.sample(draws, ordered=False, generator=gen()).cpu()
@@ -162,8 +184,33 @@ def check_laws(sizes, results, key):
 def test_union_and_each_rank_follow_the_global_law(world):
     sizes, results = world
     for key in ("ordered", "unordered", "pieces_ordered", "pieces_unordered", "chunked_ordered", "chunked_unordered",
-                "chunked_pieces", "general_ordered", "general_unordered"):
+                "chunked_pieces", "general_ordered", "general_unordered", "rep_ordered", "rep_unordered",
+                "rep_pieces_ordered", "rep_pieces_unordered"):
         check_laws(sizes, results, key)
+
+
+def test_placement_replicate_auto_and_shard(world):
+    """"replicate" builds the whole table on every rank (in pieces where it is long) and
+    draws locally, reproducibly, independently across ranks; "auto" replicates what fits in
+    memory_share of the free memory (a small table on the CPU) and shards where nothing may
+    be filled; sample_owned and probs_of keep working on the shards; a rank whose
+    placement or memory_share differs, or is not valid, raises on every rank."""
+    sizes, results = world
+    w = global_weights(sizes)
+    last = len(sizes) - 1
+    for rank, r in enumerate(results):
+        placement, full, shard = r["rep"]
+        assert placement == "replicate" and full == 1 and shard == (1 if sizes[rank] else 0)
+        assert r["rep_pieces"] == (w.numel() + 255) // 256
+        assert torch.equal(r["rep_ordered"], r["rep_again"])
+        assert r["auto"] == "replicate" and r["auto_no_room"] == "shard"
+        lo, hi = sum(sizes[:rank]), sum(sizes[:rank + 1])
+        assert r["rep_owned"].numel() == 0 or (r["rep_owned"].min() >= lo and r["rep_owned"].max() < hi)
+        torch.testing.assert_close(r["rep_probs_of"], (w / w.sum())[r["probe"]], rtol=1e-12, atol=0)
+        assert f"rank {last}" in r["err_placement"] and "placement or memory_share differs" in r["err_placement"]
+        assert "rank 0" in r["err_placement_name"] and "placement must be" in r["err_placement_name"]
+        assert f"rank {last}" in r["err_share"] and "memory_share" in r["err_share"]
+    assert not torch.equal(results[0]["rep_ordered"], results[1]["rep_ordered"]), "ranks seeded alike drew the same"
 
 
 def _bins(indices, n, bins=8):
@@ -180,7 +227,8 @@ def test_ordered_draws_are_in_iid_order_and_unordered_grouped(world):
     bin_p = bin_p / bin_p.sum()
     expected = torch.outer(bin_p, bin_p).reshape(-1)
     for r in results:
-        for key in ("ordered", "chunked_ordered", "chunked_pieces", "pieces_ordered", "general_ordered"):
+        for key in ("ordered", "chunked_ordered", "chunked_pieces", "pieces_ordered", "general_ordered", "rep_ordered",
+                    "rep_pieces_ordered"):
             b = _bins(r[key], n)
             pairs = torch.bincount(b[:-1] * m + b[1:], minlength=m * m).double()
             assert g_test_pvalue(pairs, expected) > P_MIN, f"{key}: consecutive draws correlated"
@@ -276,6 +324,11 @@ def test_world_size_one_equals_alias_table():
             table.sample_owned(-1)
         with pytest.raises(RuntimeError, match="positive finite sum"):
             ShardedAliasTable(torch.zeros(4))
+        for placement in ("replicate", "shard"):  # one rank: the whole table either way
+            one = ShardedAliasTable(w, placement=placement)
+            assert one.placement == placement
+            ours = one.sample(1000, generator=torch.Generator().manual_seed(8))
+            assert torch.equal(ours, torch_wrs.AliasTable(w).sample(1000, generator=torch.Generator().manual_seed(8)))
     finally:
         dist.destroy_process_group()
 
@@ -360,7 +413,7 @@ def test_one_gpu_ranks_runs_rank_zeros_work(monkeypatch):
 
     monkeypatch.setattr(D, "dist", _RanksOnOneGpu(4))
     monkeypatch.setattr(D, "_CHUNK_FROM", 1)
-    table = ShardedAliasTable(shard_weights(0, [3000]))
+    table = ShardedAliasTable(shard_weights(0, [3000]), placement="shard")
     assert (table.world_size, table.num_categories) == (4, 12_000)
     ordered = table.sample(50_000, generator=torch.Generator().manual_seed(1))
     unordered = table.sample(50_000, ordered=False, generator=torch.Generator().manual_seed(1))

@@ -814,6 +814,8 @@ def main():
     parser.add_argument("--huge-log2-categories", type=int, default=-1,
                         help="`distributed`: the table no GPU holds alone, 2^H categories (default: the most "
                              "that the GPUs' free memory holds; 0: skip)")
+    parser.add_argument("--placement", default="auto", choices=["auto", "replicate", "shard"],
+                        help="`distributed`: the 2^L-category table's placement (ShardedAliasTable)")
     parser.add_argument("--one-gpu-ranks", type=int, nargs="+", default=[], metavar="P",
                         help="`distributed`: without torchrun, rank 0's work of P ranks on one GPU, no network")
     parser.add_argument("--quick", action="store_true", help="`llm`: a few rows and vocabularies only")

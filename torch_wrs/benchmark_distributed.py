@@ -86,7 +86,7 @@ def sampling(args, rank, world, say):
     torch.cuda.synchronize()
     dist.barrier()
     t0 = time.perf_counter()
-    sharded = ShardedAliasTable(local)
+    sharded = ShardedAliasTable(local, placement=args.placement)
     torch.cuda.synchronize()
     build_ms = (time.perf_counter() - t0) * 1e3
     a2a_ms = _bare_all_to_all_ms(draws, device, sharded)
@@ -95,8 +95,8 @@ def sampling(args, rank, world, say):
         ms = _slowest_ms(lambda: sharded.sample(draws, ordered=ordered))
         ours = world * draws / (ms * 1e-3)
         theirs = world * draws / (one[ordered] * 1e-3) if rank == 0 else float("nan")
-        rows.append((f"2^{args.log2_categories} over {world} GPUs, 2^{args.log2_draws} draws/rank, "
-                     f"ordered={ordered}", ms, one.get(ordered, float("nan")), ours / 1e9, theirs / 1e9,
+        rows.append((f"2^{args.log2_categories} over {world} GPUs ({sharded.placement}), 2^{args.log2_draws} "
+                     f"draws/rank, ordered={ordered}", ms, one.get(ordered, float("nan")), ours / 1e9, theirs / 1e9,
                      ours / theirs, a2a_ms / ms))
     say(f"\nbuild of the sharded table: {build_ms:.0f} ms on rank 0 (2^{args.log2_categories - (world - 1).bit_length()} "
         f"per rank)")
@@ -194,7 +194,7 @@ def huge_table(args, rank, world, say):
     torch.cuda.synchronize()
     dist.barrier()
     t0 = time.perf_counter()
-    table = ShardedAliasTable(w)
+    table = ShardedAliasTable(w, placement="shard")  # the table no GPU holds alone
     torch.cuda.synchronize()
     build = torch.tensor([time.perf_counter() - t0], device=device)
     dist.all_reduce(build, op=dist.ReduceOp.MAX)
@@ -270,7 +270,7 @@ def one_gpu_ranks(args):
         torch.cuda.empty_cache()
         D.dist = _RanksOnOneGpu(world)
         try:
-            shard = ShardedAliasTable(_weights(n // world, 0, device))
+            shard = ShardedAliasTable(_weights(n // world, 0, device), placement="shard")
             for ordered in (True, False):
                 ms = _median_ms(lambda: shard.sample(draws, ordered=ordered))
                 print(f"| {world} | {ordered} | {ms:.2f} | {one[ordered]:.2f} | {one[ordered] / ms:.2f}x | "

@@ -21,6 +21,7 @@ seeded alike still draw independently, and a fixed seed per rank and world size 
 same draws. With world size 1 nothing is derived: the draws equal ``AliasTable.sample``'s.
 """
 import operator
+import os
 from typing import List, NamedTuple, Optional, Tuple
 
 import torch
@@ -44,7 +45,11 @@ _PROBLEMS = {
     5: "local_weights contains inf",
     6: "local_weights is on a different kind of device than on rank 0",
     7: "local_weights has a different dtype than on rank 0",
+    8: "placement must be \"auto\", \"replicate\" or \"shard\"",
+    9: "placement or memory_share differs from rank 0's",
+    10: "memory_share must be a number in [0, 1]",
 }
+_PLACEMENTS = ("auto", "replicate", "shard")
 
 
 def _splitmix64(x: int) -> int:
@@ -79,27 +84,42 @@ class ShardedAliasTable:
     Building is a collective: it gathers each shard's size, dtype, float64 total and value
     checks, and raises the same ``RuntimeError`` on every rank if any rank's input is bad.
 
+    Placement. A table that fits is replicated: the weights are all-gathered once and every
+    rank builds the whole table, so that ``sample`` draws locally with no exchange (and no
+    collective). One that does not fit stays sharded: each rank holds its shard's tables and
+    ``sample`` exchanges draws. ``sample_owned`` and ``probs_of`` work on the shards either way.
+
     Parameters
     ----------
     local_weights : Tensor
         This rank's categories' weights: 1-D, non-negative, any float dtype and length.
     group : ProcessGroup, optional
         The ranks that share the table (default: the world). NCCL on GPUs, gloo on CPUs.
+    placement : str
+        ``"replicate"``, ``"shard"``, or ``"auto"``: replicate where the whole table (8 bytes
+        a category, plus the gathered weights and the build's scratch) fits in
+        ``memory_share`` of every rank's free memory (its GPU's, or the host's), else shard.
+        The choice is ``table.placement``, the same on every rank.
+    memory_share : float
+        The share of free memory ``"auto"`` may fill, in [0, 1].
 
     Raises
     ------
     RuntimeError
         On every rank, if any rank's weights are not a 1-D float tensor, hold negative, NaN
-        or inf values, or the global total is zero, or the ranks' devices differ.
+        or inf values, or the global total is zero, or the ranks' devices differ, or the
+        ranks' placement or memory_share differ or are not valid.
 
     Examples
     --------
     >>> table = ShardedAliasTable(my_weights)          # on every rank
+    >>> table.placement                                 # "replicate" where the whole table fits
     >>> idx = table.sample(1 << 20)                     # global int64 indices, i.i.d. from w / W
     >>> p = table.probs_of(idx[:10])                    # their probabilities
     """
 
-    def __init__(self, local_weights: torch.Tensor, *, group: Optional[dist.ProcessGroup] = None):
+    def __init__(self, local_weights: torch.Tensor, *, group: Optional[dist.ProcessGroup] = None,
+                 placement: str = "auto", memory_share: float = 0.5):
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
@@ -107,19 +127,29 @@ class ShardedAliasTable:
         self._comm = self.device if dist.get_backend(group) == "nccl" else torch.device("cpu")
 
         problem = self._local_problem(local_weights)
+        if problem == 0 and placement not in _PLACEMENTS:
+            problem = 8
+        share_ok = isinstance(memory_share, (int, float)) and not isinstance(memory_share, bool)
+        if problem == 0 and not (share_ok and 0 <= memory_share <= 1):
+            problem = 10
         numel = local_weights.numel() if problem not in (1, 2) else 0
         total = float(local_weights.sum(dtype=torch.float64)) if problem == 0 else 0.0
         dtype_code = _DTYPES.index(local_weights.dtype) if problem not in (1, 2) else -1
+        policy = float(_PLACEMENTS.index(placement)) if placement in _PLACEMENTS else -1.0
+        share = float(memory_share) if share_ok else -1.0
         mine = torch.tensor([[float(problem), float(numel), total, float(dtype_code),
-                              float(self.device.type == "cuda")]], dtype=torch.float64, device=self._comm)
+                              float(self.device.type == "cuda"), policy, share, float(_free_bytes(self.device))]],
+                            dtype=torch.float64, device=self._comm)
         every = [torch.empty_like(mine) for _ in range(self.world_size)]
         dist.all_gather(every, mine, group=group)
         every = torch.cat(every).cpu().tolist()
-        for r, (code, _, _, dtype_r, cuda_r) in enumerate(every):
+        for r, (code, _, _, dtype_r, cuda_r, policy_r, share_r, _) in enumerate(every):
             if code == 0 and cuda_r != every[0][4]:
                 code = 6
             elif code == 0 and every[0][0] == 0 and dtype_r != every[0][3]:
                 code = 7
+            elif code == 0 and every[0][0] == 0 and (policy_r, share_r) != (every[0][5], every[0][6]):
+                code = 9
             if code:
                 raise RuntimeError(f"ShardedAliasTable: on rank {r}: {_PROBLEMS[int(code)]}")
         self.sizes = [int(row[1]) for row in every]
@@ -151,6 +181,19 @@ class ShardedAliasTable:
         self._run_weights = torch.tensor(
             [w * ((k + 1) * n // _CHUNKS - k * n // _CHUNKS) / n if n else 0.0
              for w, n in zip(self.totals, self.sizes) for k in range(_CHUNKS)], dtype=torch.float64)
+
+        # Placement: the whole table on every rank where it fits (chosen alike on every rank).
+        free = min(row[7] for row in every) * memory_share
+        fits = replicated_bytes(self.num_categories, local_weights.element_size(), self.world_size) <= free
+        self.placement = "replicate" if placement == "replicate" or (placement == "auto" and fits) else "shard"
+        self.full_tables, self.full_starts, self.full_totals = self.tables, self.piece_starts, self.piece_totals
+        if self.placement == "replicate" and self.world_size > 1:
+            everything = self._gather_weights(local_weights)
+            full = everything.split(_MAX_PIECE)
+            self.full_starts = [i * _MAX_PIECE for i in range(len(full))]
+            self.full_totals = torch.stack([p.sum(dtype=torch.float64) for p in full])
+            self.full_tables = [alias_table(p, validate=False) for p in full]
+            del everything, full
 
     @staticmethod
     def _local_problem(w) -> int:
@@ -212,17 +255,21 @@ class ShardedAliasTable:
         Raises
         ------
         RuntimeError
-            On every rank, if any rank's ``num_samples`` is not a non-negative int.
+            On every rank, if any rank's ``num_samples`` is not a non-negative int (with
+            ``placement == "replicate"`` the call is local, so on the rank that passed it).
 
         Examples
         --------
         >>> negatives = table.sample(1 << 20, ordered=False)
         """
         num_samples, bad = _count(num_samples)
-        if self.world_size == 1:
+        if self.world_size == 1 or self.placement == "replicate":  # local draws: no collective
             if bad:
                 raise RuntimeError(f"ShardedAliasTable.sample: num_samples must be a non-negative int, got {num_samples!r}")
-            return self._draw_local(num_samples, generator, ordered=ordered)
+            if self.world_size == 1:
+                return self._draw_local(num_samples, generator, ordered=ordered)
+            g, _ = _rank_generators(generator, self.device, self.rank)
+            return _draw(self.full_tables, self.full_starts, self.full_totals, num_samples, g, ordered, self.device)
         n = 0 if bad else num_samples
         problem = f"num_samples must be a non-negative int, got {num_samples!r}"
         g, g_host = _rank_generators(generator, self.device, self.rank)
@@ -431,16 +478,19 @@ class ShardedAliasTable:
     def _draw_local(self, count: int, generator, ordered: bool, local: bool = False) -> torch.Tensor:
         """``count`` i.i.d. global int64 indices from this rank's shard (in i.i.d. order when
         ``ordered``), or with ``local`` (one table) int32 indices within the shard."""
-        if count == 0 or not self.tables:
-            return torch.zeros(0, dtype=torch.int32 if local else torch.int64, device=self.device)
-        if local:
+        if local and count and self.tables:
             return alias_sample(self.tables[0], count, ordered=ordered, dtype=torch.int32, generator=generator)
-        if len(self.tables) == 1:
-            return alias_sample(self.tables[0], count, ordered=ordered, generator=generator).add_(self.first)
-        per_piece, labels = _split(self.piece_totals, count, generator, ordered)
-        draws = torch.cat([alias_sample(t, c, generator=generator).add_(start)
-                           for t, c, start in zip(self.tables, per_piece.tolist(), self.piece_starts) if c])
-        return draws if labels is None else _interleave(draws, labels, len(self.tables))
+        draws = _draw(self.tables, self.piece_starts, self.piece_totals, count, generator, ordered, self.device)
+        return draws.int() if local else draws
+
+    def _gather_weights(self, local_weights: torch.Tensor) -> torch.Tensor:
+        """Every rank's weights, in rank order, on this rank's device (for replication)."""
+        longest = max(self.sizes)
+        padded = torch.zeros(longest, dtype=local_weights.dtype, device=self._comm)
+        padded[:local_weights.numel()] = local_weights
+        every = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(every, padded, group=self.group)
+        return torch.cat([e[:n] for e, n in zip(every, self.sizes)]).to(self.device)
 
     # -- lookups --
     def probs_of(self, indices: torch.Tensor) -> torch.Tensor:
@@ -518,7 +568,38 @@ class ShardedAliasTable:
 
     def __repr__(self) -> str:
         return (f"ShardedAliasTable(num_categories={self.num_categories}, rank={self.rank}, "
-                f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, device={self.device})")
+                f"world_size={self.world_size}, shard={self.shard_range(self.rank)}, placement={self.placement}, "
+                f"device={self.device})")
+
+
+def replicated_bytes(categories: int, itemsize: int, world_size: int) -> int:
+    """Memory a replicated table takes on each rank: 8 bytes a category for the table, the
+    gathered weights twice (padded per rank, then joined), and the build's scratch of about
+    36 bytes an item of the largest piece."""
+    return categories * (8 + 2 * itemsize) + min(categories, _MAX_PIECE) * 36
+
+
+def _free_bytes(device: torch.device) -> int:
+    """Free memory where the table would live: the GPU's, or the host's available pages."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _draw(tables, starts, totals, count: int, generator, ordered: bool, device) -> torch.Tensor:
+    """``count`` i.i.d. global int64 indices from the pieces ``tables`` (piece i's first
+    category ``starts[i]``, its float64 total ``totals[i]``), in i.i.d. order when ``ordered``."""
+    if count == 0 or not tables:
+        return torch.zeros(0, dtype=torch.int64, device=device)
+    if len(tables) == 1:
+        return alias_sample(tables[0], count, ordered=ordered, generator=generator).add_(starts[0])
+    per_piece, labels = _split(totals, count, generator, ordered)
+    draws = torch.cat([alias_sample(t, c, generator=generator).add_(start)
+                       for t, c, start in zip(tables, per_piece.tolist(), starts) if c])
+    return draws if labels is None else _interleave(draws, labels, len(tables))
 
 
 # Worlds up to this many ranks take the chunked calls with one pass per owner: ordered
