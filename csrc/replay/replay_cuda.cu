@@ -1,5 +1,5 @@
 // Prioritized replay on CUDA: batched updates in phases (tree.h), with no host read unless
-// validating; draws a thread each, descending the tree with the CPU's arithmetic.
+// validating; draws a warp each while they are few, a thread each past that.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
 #include "common/status_word.h"
