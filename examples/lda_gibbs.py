@@ -49,6 +49,7 @@ import time
 COMMAND_START = time.perf_counter()  # wall time to the target counts from here: imports, corpus, set-up
 
 import argparse  # noqa: E402
+import concurrent.futures  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 from dataclasses import dataclass
@@ -63,9 +64,11 @@ SYNTHETIC = {  # documents, vocabulary, mean document length, topics (planted an
     "small": (2_000, 2_000, 100, 20),
     "medium": (50_000, 20_000, 200, 100),
     "nytimes": (300_000, 102_660, 333, 1_024),  # about 100M tokens, the shape of UCI NYTimes
-    "pubmed": (8_200_000, 141_043, 90, 1_024),  # about 738M tokens, the shape of UCI PubMed (made in blocks)
+    "pubmed": (8_200_000, 141_043, 90, 1_024),  # about 738M tokens, the shape of UCI PubMed
 }
-BLOCK_GENERATED = {"pubmed"}  # too large to draw at once: synthetic_corpus_blocks
+# Drawn in blocks of this many documents (synthetic_corpus_blocks), each rank only its own
+# blocks on its own device: small enough blocks that ranks get about equal tokens.
+BLOCK_GENERATED = {"nytimes": 1_024, "pubmed": 1 << 16}
 
 
 @dataclass
@@ -147,12 +150,13 @@ def synthetic_corpus(num_docs, vocab_size, mean_length, num_topics, alpha=0.1, s
 
 
 def synthetic_corpus_blocks(num_docs, vocab_size, mean_length, num_topics, alpha=0.1, seed=0, device="cpu",
-                            rank=0, world_size=1, block_docs=1 << 16):
+                            rank=0, world_size=1, block_docs=1 << 16, ready=None):
     """The LDA model of synthetic_corpus, drawn in blocks of `block_docs` documents, each
     from its own generator (seed, block): memory stays O(block) and rank r of world_size
     draws only its contiguous range of blocks, the same documents whatever the world size.
     Each token's word is one draw from its topic's alias table (a bucket, then the 32-bit
-    threshold against a 53-bit uniform)."""
+    threshold against a 53-bit uniform). `ready()`, if given, is called before the one
+    collective (the sum of the ranks' tokens), so the process group may start meanwhile."""
     gen = torch.Generator(device=device).manual_seed(seed)
     phi = planted_topics(vocab_size, num_topics, gen, device)
     table = torch_wrs.alias_table(phi).view(-1)
@@ -178,6 +182,8 @@ def synthetic_corpus_blocks(num_docs, vocab_size, mean_length, num_topics, alpha
     local_docs = min(hi * block_docs, num_docs) - first
     global_tokens = None
     if world_size > 1:
+        if ready is not None:
+            ready()
         total = torch.tensor([doc.numel()], device=device)
         dist.all_reduce(total)
         global_tokens = int(total)
@@ -575,12 +581,21 @@ def main():
 
     # Under torchrun: one process per GPU (NCCL) or CPU process (gloo), documents sharded.
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    starting = None
     if world_size > 1:
         if device.type == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # The process group (rendezvous, then NCCL's communicator: device_id starts it now)
+        # starts in a thread while this rank draws or reads its corpus.
+        starting = concurrent.futures.ThreadPoolExecutor(1).submit(
+            dist.init_process_group, "nccl" if device.type == "cuda" else "gloo",
+            device_id=device if device.type == "cuda" else None)
     say = print if rank == 0 else (lambda *a, **k: None)
+
+    def group_ready():
+        if starting is not None:
+            starting.result()  # re-raises what the start raised
 
     if args.docword:
         corpus = shard_corpus(load_uci(args.docword, args.vocab, device), rank, world_size)
@@ -592,11 +607,13 @@ def main():
         docs, vocab, length, k_true = SYNTHETIC[args.synthetic]
         if args.synthetic in BLOCK_GENERATED:
             corpus = synthetic_corpus_blocks(docs, vocab, length, k_true, seed=args.seed, device=device,
-                                             rank=rank, world_size=world_size)
+                                             rank=rank, world_size=world_size,
+                                             block_docs=BLOCK_GENERATED[args.synthetic], ready=group_ready)
         else:
             corpus = shard_corpus(synthetic_corpus(docs, vocab, length, k_true, seed=args.seed, device=device),
                                   rank, world_size)
         k = args.topics or k_true
+    group_ready()
     alpha = args.alpha if args.alpha is not None else 50.0 / k
     say(f"corpus: {corpus.total_docs:,} documents, {corpus.vocab_size:,} words, {corpus.total_tokens:,} tokens; "
         f"K = {k}, alpha = {alpha:.4g}, beta = {args.beta}, on {device}"

@@ -5,11 +5,12 @@
 #   bench    torchrun -m torch_wrs.benchmark distributed on 2 GPUs and on all of them
 #            (sampling 2^30, then the largest table that fits)
 #   ranks    one GPU doing rank 0's work of 2 and 4 ranks, network left out
-#   lda      data-parallel LDA, nytimes shape: 1 GPU and 2 GPUs, time to the exact sampler's
-#            log-likelihood after 50 sweeps (LDA_TARGET), and the default MH's tokens/s
+#   lda      data-parallel LDA, nytimes shape: 1 GPU, 2 GPUs and all of them, wall time from the
+#            command's start to the exact sampler's log-likelihood after 50 sweeps (LDA_TARGET)
+#   lda4     the default MH (4 cycles)'s tokens/s on 1 GPU, 2 GPUs and all of them
 #   pubmed   the pubmed shape (738M tokens) on 1 and 2 GPUs (PUBMED_ITERS sweeps)
 # NVLink multicast stays off (KINDS.md). Logs go to $OUT (or build/gpu-logs).
-#   bash scripts/gpu_distributed.sh [tests] [bench] [lda] [pubmed]
+#   bash scripts/gpu_distributed.sh [tests] [bench] [ranks] [lda] [lda4] [pubmed]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG="${OUT:-build/gpu-logs}"
@@ -42,9 +43,13 @@ for what in "$@"; do
       timeout 300 python3 -m torch_wrs.benchmark distributed --one-gpu-ranks 2 4 2>&1 | tee "$LOG/ranks.log"
       ;;
     lda)
-      for n in 1 2; do
+      for n in $(echo 1 2 "$(nvidia-smi -L | wc -l)" | tr ' ' '\n' | sort -un); do
         timeout 200 torchrun --nproc_per_node=$n examples/lda_gibbs.py --synthetic nytimes --iters 60 --mh-cycles 32 \
-          --target "$TARGET" --history "$LOG/lda32_$n.json" 2>&1 | grep -E "^\| |corpus|peak" | tee "$LOG/lda32_$n.log"
+          --target "$TARGET" --history "$LOG/lda32_$n.json" 2>&1 | grep -E "^\| |corpus|set-up|peak|Error" | tee "$LOG/lda32_$n.log"
+      done
+      ;;
+    lda4)
+      for n in $(echo 1 2 "$(nvidia-smi -L | wc -l)" | tr ' ' '\n' | sort -un); do
         timeout 100 torchrun --nproc_per_node=$n examples/lda_gibbs.py --synthetic nytimes --iters 30 \
           --target -8.7 --history "$LOG/lda4_$n.json" 2>&1 | grep -E "^\| |peak" | tee "$LOG/lda4_$n.log"
       done

@@ -117,6 +117,11 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     res["pieces_tables"] = len(pieces.tables)
     res["pieces_ordered"] = pieces.sample(draws, generator=gen()).cpu()
     res["pieces_unordered"] = pieces.sample(draws, ordered=False, generator=gen()).cpu()
+    # Owners draw sparse whole pieces as one i.i.d. sequence cut into the askers' segments.
+    route = D._segment_method
+    D._segment_method = lambda total, begin, end, buckets: "sequence" if (begin, end) == (0, buckets) else "segments"
+    res["pieces_sequence"] = pieces.sample(draws, ordered=False, generator=gen()).cpu()
+    D._segment_method = route
     D._MAX_PIECE = 1 << 29
 
     # Ordered draws exchanged in chunks (as from 2^22 remote draws), here from the first draw.
@@ -124,6 +129,7 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     res["chunked_ordered"] = table.sample(draws + 3 * rank, generator=gen()).cpu()
     res["chunked_unordered"] = table.sample(draws + 5 * rank, ordered=False, generator=gen()).cpu()
     res["chunked_pieces"] = pieces.sample(draws, generator=gen()).cpu()
+    res["chunked_pieces_unordered"] = pieces.sample(draws, ordered=False, generator=gen()).cpu()
     D._CHUNK_FROM = 1 << 22
 
     # Worlds past a byte of labels take the general path, here from two ranks on.
@@ -183,7 +189,8 @@ def check_laws(sizes, results, key):
 
 def test_union_and_each_rank_follow_the_global_law(world):
     sizes, results = world
-    for key in ("ordered", "unordered", "pieces_ordered", "pieces_unordered", "chunked_ordered", "chunked_unordered",
+    for key in ("ordered", "unordered", "pieces_ordered", "pieces_unordered", "pieces_sequence", "chunked_ordered",
+                "chunked_unordered", "chunked_pieces_unordered",
                 "chunked_pieces", "general_ordered", "general_unordered", "rep_ordered", "rep_unordered",
                 "rep_pieces_ordered", "rep_pieces_unordered"):
         check_laws(sizes, results, key)
@@ -232,7 +239,8 @@ def test_ordered_draws_are_in_iid_order_and_unordered_grouped(world):
             b = _bins(r[key], n)
             pairs = torch.bincount(b[:-1] * m + b[1:], minlength=m * m).double()
             assert g_test_pvalue(pairs, expected) > P_MIN, f"{key}: consecutive draws correlated"
-        for key in ("unordered", "chunked_unordered", "pieces_unordered", "general_unordered"):
+        for key in ("unordered", "chunked_unordered", "pieces_unordered", "pieces_sequence", "chunked_pieces_unordered",
+                    "general_unordered"):
             u = _shard_of(r[key], sizes)
             assert (u[1:] >= u[:-1]).all(), f"{key}: ordered=False draws come grouped by shard, in shard order"
     # Ranks seeded alike draw independently: the bins of draw t on ranks 0 and 1.
@@ -300,6 +308,17 @@ def test_block_corpus_is_the_same_whatever_the_world_size(world):
     word = torch.cat([r["blocks"][3] for r in results])
     assert torch.equal(doc, whole.doc) and torch.equal(word, whole.word)
     assert all(r["blocks"][4] == whole.num_tokens for r in results)
+
+
+def test_owner_draw_route():
+    """An owner draws a run for its askers in one pass over it, except a whole table asked
+    for fewer draws than an eighth of its buckets: one i.i.d. sequence of table reads."""
+    from torch_wrs.distributed import _segment_method
+
+    assert _segment_method(1 << 24, 0, 1 << 29, 1 << 29) == "sequence"
+    assert _segment_method(1 << 26, 0, 1 << 29, 1 << 29) == "segments"
+    assert _segment_method(10, 0, 1 << 20, 1 << 29) == "segments"  # a run inside a table
+    assert _segment_method(10, 1 << 20, 1 << 29, 1 << 29) == "segments"
 
 
 def test_world_size_one_equals_alias_table():

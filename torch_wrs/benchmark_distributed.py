@@ -89,7 +89,7 @@ def sampling(args, rank, world, say):
     sharded = ShardedAliasTable(local, placement=args.placement)
     torch.cuda.synchronize()
     build_ms = (time.perf_counter() - t0) * 1e3
-    a2a_ms = _bare_all_to_all_ms(draws, device, sharded)
+    a2a_ms = _bare_all_to_all_ms(draws, device)
     parts = _parts_ms(sharded, draws, world) if sharded._compact else {}
     for ordered in (True, False):
         ms = _slowest_ms(lambda: sharded.sample(draws, ordered=ordered))
@@ -110,10 +110,10 @@ def sampling(args, rank, world, say):
     torch.cuda.empty_cache()
 
 
-def _bare_all_to_all_ms(draws, device, sharded):
-    """The exchange alone: each rank sends an equal share of `draws` to every rank, in the
-    type the draws travel in (int32 within one-table shards)."""
-    dtype = torch.int32 if sharded._compact else torch.int64
+def _bare_all_to_all_ms(draws, device, dtype=torch.int32):
+    """The exchange alone: each rank sends an equal share of `draws` to every rank, as
+    `dtype` (draws travel as int32 within their piece, but ordered calls on shards of
+    several pieces as int64)."""
     send = torch.ones(draws, dtype=dtype, device=device)
     recv = torch.empty_like(send)
     return _slowest_ms(lambda: dist.all_to_all_single(recv, send))
@@ -200,6 +200,10 @@ def huge_table(args, rank, world, say):
     dist.all_reduce(build, op=dist.ReduceOp.MAX)
     draws = 1 << args.log2_draws
     ms = _slowest_ms(lambda: table.sample(draws, ordered=False), reps=3)
+    # The floor: the call's exchange alone, 8 bytes a remote draw (the int64 index) and 4 (the
+    # int32 within a piece that draws travel as); and the owner's draws alone.
+    floor8, floor4 = (_bare_all_to_all_ms(draws, device, t) for t in (torch.int64, torch.int32))
+    drawing = _owner_draws_ms(table, draws, world)
     counts = torch.zeros(bins, dtype=torch.float64, device=device)
     for _ in range(4):
         idx = table.sample(draws, ordered=False)
@@ -220,6 +224,25 @@ def huge_table(args, rank, world, say):
             f"{counts.sum():.3g} draws: G = {g:.0f}, p = {p:.3f}; peak memory {float(peak):.0f} GiB per GPU")
         if p < 1e-4:
             say("  G-TEST FAILED")
+        per_gpu = draws / (ms * 1e-3) / 1e9
+        say(f"  per GPU: {per_gpu:.2f} G draws/s; the exchange alone, 8 bytes a remote draw: {floor8:.1f} ms "
+            f"({draws / (floor8 * 1e-3) / 1e9:.1f} G draws/s, ours at {ms / floor8:.2f}x its time); 4 bytes (int32, "
+            f"as they travel): {floor4:.1f} ms; the owner's draws for every rank alone: {drawing:.1f} ms")
+
+
+def _owner_draws_ms(table, draws, world):
+    """One owner's draws of a call alone (no network): every rank asks draws / world of
+    this shard, spread over its runs by weight, drawn run by run as sample() does."""
+    g = torch.Generator(device=table.device).manual_seed(7)
+    me = table.rank
+    weights = table._run_weights.view(world, -1)[me]
+    share = (weights / weights.sum() * (draws // world)).long().tolist() if weights.sum() > 0 else []
+
+    def run():
+        for (piece, begin, end), c in zip(table._runs, share):
+            table._draw_segments(piece, begin, end, [c] * world + [0], g)
+
+    return _slowest_ms(run)
 
 
 class _Done:

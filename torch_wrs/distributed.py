@@ -175,12 +175,13 @@ class ShardedAliasTable:
         self._compact = max(self.sizes) <= _MAX_PIECE
         self._cdf = _cdf(self._shard_totals)
         self._offsets = torch.tensor(self.offsets[:-1], dtype=torch.int64, device=self.device)
-        # Each shard cut into _CHUNKS runs of buckets, drawn and exchanged one after another
-        # by unordered calls: the weight of shard r's run k is W_r x its share of r's buckets.
-        self._runs = [k * local_weights.numel() // _CHUNKS for k in range(_CHUNKS + 1)]
-        self._run_weights = torch.tensor(
-            [w * ((k + 1) * n // _CHUNKS - k * n // _CHUNKS) / n if n else 0.0
-             for w, n in zip(self.totals, self.sizes) for k in range(_CHUNKS)], dtype=torch.float64)
+        # Unordered calls draw and exchange each shard in runs of buckets, one after another:
+        # _CHUNKS runs of a one-table shard, or the pieces of a longer one (each cut alike
+        # where there are fewer than _CHUNKS). Every rank knows every run's weight.
+        pieces = self._every_piece(group)
+        most = max(len(p) for p, _ in pieces)
+        self._runs, self._run_bases, self._run_weights = self._plan_runs(pieces, -(-_CHUNKS // most))
+        self._whole_runs = self._plan_runs(pieces, 1)  # one run a piece, for calls too small to chunk
 
         # Placement: the whole table on every rank where it fits (chosen alike on every rank).
         free = min(row[7] for row in every) * memory_share
@@ -206,6 +207,38 @@ class ShardedAliasTable:
         lo, hi = torch.aminmax(w)  # one pass, no mask the size of the shard; NaN propagates
         lo, hi = float(lo), float(hi)
         return 4 if lo != lo else 3 if lo < 0 else 5 if hi == float("inf") else 0
+
+    def _every_piece(self, group):
+        """Every shard's pieces as (sizes, float64 totals), alike on every rank: one more
+        collective at build time where some shard has several pieces."""
+        sizes = [[min(_MAX_PIECE, n - i) for i in range(0, n, _MAX_PIECE)] for n in self.sizes]
+        most = max(len(p) for p in sizes)
+        if most <= 1:
+            return [(p, [t] if p else []) for p, t in zip(sizes, self.totals)]
+        mine = torch.zeros(most, dtype=torch.float64)
+        if self.piece_totals is not None:
+            mine[:self.piece_totals.numel()] = self.piece_totals.cpu()
+        every = [torch.empty_like(mine, device=self._comm) for _ in range(self.world_size)]
+        dist.all_gather(every, mine.to(self._comm), group=group)
+        return [(p, e.cpu()[:len(p)].tolist()) for p, e in zip(sizes, every)]
+
+    def _plan_runs(self, pieces, per_piece: int):
+        """Each shard's pieces cut into ``per_piece`` runs of buckets, padded with empty runs
+        to the same count R for every shard: this rank's runs (piece, begin, end), each run's
+        first global index [R][P], and the runs' weights (the piece's total x the run's share
+        of its buckets) as float64 [P * R], shard-major, alike on every rank."""
+        count = max(len(p) for p, _ in pieces) * per_piece
+        runs, bases, weights = [], [[0] * self.world_size for _ in range(count)], []
+        for r, (sizes, totals) in enumerate(pieces):
+            shard = [(k, j * n // per_piece, (j + 1) * n // per_piece, w * ((j + 1) * n // per_piece - j * n // per_piece) / n)
+                     for k, (n, w) in enumerate(zip(sizes, totals)) for j in range(per_piece)]
+            shard += [(-1, 0, 0, 0.0)] * (count - len(shard))
+            for j, (k, _, _, w) in enumerate(shard):
+                bases[j][r] = self.offsets[r] + max(k, 0) * _MAX_PIECE
+                weights.append(w)
+            if r == self.rank:
+                runs = [(k, begin, end) for k, begin, end, _ in shard]
+        return runs, bases, torch.tensor(weights, dtype=torch.float64)
 
     def shard_range(self, rank: int) -> Tuple[int, int]:
         """The global categories ``[start, end)`` that ``rank`` holds.
@@ -273,7 +306,7 @@ class ShardedAliasTable:
         n = 0 if bad else num_samples
         problem = f"num_samples must be a non-negative int, got {num_samples!r}"
         g, g_host = _rank_generators(generator, self.device, self.rank)
-        if not self._compact or self.world_size > _MAX_FUSED_RANKS:
+        if self.world_size > _MAX_FUSED_RANKS or (ordered and not self._compact):
             return self._sample_pieces(n, bad, problem, ordered, g, g_host)
         if ordered:
             return self._sample_ordered(n, bad, problem, g)
@@ -326,57 +359,67 @@ class ShardedAliasTable:
                                            me if self.tables else -1, generator=g)
 
     def _sample_unordered(self, n: int, bad: bool, problem: str, g, g_host) -> torch.Tensor:
-        """Every shard one table. This rank's draws fall in shard r's run k of buckets (a
-        _CHUNKS-th of its buckets) as exact multinomial counts over W_r / W x the run's
-        share of the shard's buckets; each owner draws, run by run, every asker's count in
-        one pass over the run (_alias_sample_segments), and each run's draws are exchanged
+        """This rank's draws fall in shard r's run k of buckets (an eighth of a one-table
+        shard, or a piece of a longer one) as exact multinomial counts over the runs'
+        weights; each owner draws, run by run, every asker's count (one pass over the run
+        for all of them, or, where they are sparse in a whole piece, one i.i.d. sequence
+        cut into their segments), and each run's draws travel as int32 within their piece
         while the next run is drawn."""
         P, me = self.world_size, self.rank
         counts = multinomial_counts(self._run_weights, n, generator=g_host)
         if bad:
             counts = torch.full_like(counts, -1)
-        ask = torch.tensor(self._exchange(counts, "sample", problem)).view(P, P, _CHUNKS)  # asker, shard, run
-        runs = [(self._runs[k], self._runs[k + 1]) for k in range(_CHUNKS)]
-        if _largest_remote(ask.sum(2)) < _CHUNK_FROM:
-            ask, runs = ask.sum(2, keepdim=True), [(self._runs[0], self._runs[-1])]  # one chunk
-        asked = ask[:, me, :].t().tolist()  # [chunk][asker]: what each rank asks of this shard
-        mine = ask[me].t()  # [chunk, shard]: what this rank asks of each shard
-        # Shard r's draws of chunk j go to out[at[j][r]:], grouped by shard, then by chunk.
+        ask = torch.tensor(self._exchange(counts, "sample", problem)).view(P, P, -1)  # asker, shard, run
+        runs, bases = self._runs, self._run_bases
+        if _largest_remote(ask.sum(2)) < _CHUNK_FROM and len(self._whole_runs[0]) < len(runs):
+            runs, bases = self._whole_runs[:2]  # too few draws to chunk: a run a piece
+            ask = ask.view(P, P, len(runs), -1).sum(3)
+        asked = ask[:, me, :].t().tolist()  # [run][asker]: what each rank asks of this shard
+        mine = ask[me].t()  # [run, shard]: what this rank asks of each shard
+        # Shard r's draws of run j go to out[at[j][r]:], grouped by shard, then by run.
         flat = mine.t().reshape(-1)
         at = (flat.cumsum(0) - flat).view(P, -1).t().tolist()
         mine = mine.tolist()
         out = torch.empty(n, dtype=torch.int64, device=self.device)
         pending = []
-        for j, (begin, end) in enumerate(runs):
+        for j, (piece, begin, end) in enumerate(runs):
             # The askers' segments in rank order, this rank's own last (kept here).
             segments = [0 if a == me else c for a, c in enumerate(asked[j])] + [asked[j][me]]
-            if sum(segments) and self.tables:
-                drawn = torch.ops.wrs._alias_sample_segments(self.tables[0], segments, begin, end, dtype=torch.int32,
-                                                             generator=g)
-            else:
-                drawn = torch.zeros(0, dtype=torch.int32, device=self.device)
+            drawn = self._draw_segments(piece, begin, end, segments, g)
             to_receive = [0 if r == me else c for r, c in enumerate(mine[j])]
             received = torch.empty(sum(to_receive), dtype=torch.int32, device=self.device)
             work = self._all_to_all(received, drawn[:drawn.numel() - asked[j][me]], to_receive, segments[:P],
                                     async_op=True)
             if asked[j][me]:
                 own = drawn[drawn.numel() - asked[j][me]:]
-                torch.add(own, self.first, out=out[at[j][me]:at[j][me] + own.numel()])
-            pending.append((work, received, to_receive, at[j]))
-            if len(pending) > 1:  # the chunk before, placed once this one is on its way
+                torch.add(own, bases[j][me], out=out[at[j][me]:at[j][me] + own.numel()])
+            pending.append((work, received, to_receive, at[j], bases[j]))
+            if len(pending) > 1:  # the run before, placed once this one is on its way
                 self._place_runs(out, *pending.pop(0))
         for item in pending:
             self._place_runs(out, *item)
         return out
 
-    def _place_runs(self, out, work, received, to_receive, at):
-        """Shard r's draws of a chunk, int32 within the shard, into out[at[r]:] as global indices."""
+    def _draw_segments(self, piece: int, begin: int, end: int, segments: List[int], g) -> torch.Tensor:
+        """Independent multisets of segments[a] draws from buckets [begin, end) of this
+        shard's piece, int32 within the piece, concatenated (the method: _segment_method)."""
+        total = sum(segments)
+        if not total or piece < 0:
+            return torch.zeros(0, dtype=torch.int32, device=self.device)
+        table = self.tables[piece]
+        if _segment_method(total, begin, end, table.numel()) == "sequence":
+            return alias_sample(table, total, ordered=True, dtype=torch.int32, generator=g)
+        return torch.ops.wrs._alias_sample_segments(table, segments, begin, end, dtype=torch.int32, generator=g)
+
+    def _place_runs(self, out, work, received, to_receive, at, bases):
+        """Shard r's draws of a run, int32 within its piece, into out[at[r]:] as global
+        indices (bases[r] is the piece's first)."""
         if work is not None:
             work.wait()
         got = 0
         for r, c in enumerate(to_receive):
             if c:
-                torch.add(received[got:got + c], self.offsets[r], out=out[at[r]:at[r] + c])
+                torch.add(received[got:got + c], bases[r], out=out[at[r]:at[r] + c])
                 got += c
 
     def _sample_pieces(self, n: int, bad: bool, problem: str, ordered: bool, g, g_host) -> torch.Tensor:
@@ -613,6 +656,16 @@ _MAX_FUSED_RANKS = 255
 # (docs/distributed.md, "How a call runs").
 _CHUNKS = 8
 _CHUNK_FROM = 1 << 22
+
+
+def _segment_method(total: int, begin: int, end: int, buckets: int) -> str:
+    """How an owner draws ``total`` draws of a run for its askers: ``"sequence"`` (one
+    i.i.d. sequence of random table reads, cut into the askers' segments) where the run is a
+    whole table and the draws are fewer than an eighth of its buckets, as alias_sample's
+    own choice of its baseline; else ``"segments"`` (one pass over the run, staging each
+    section once for every asker)."""
+    whole = begin == 0 and end == buckets
+    return "sequence" if whole and total * 8 < buckets else "segments"
 
 
 def _largest_remote(asks: torch.Tensor) -> int:
