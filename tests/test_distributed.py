@@ -108,7 +108,7 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
 
     # Shards held as several tables (as past 2^31 categories), here pieces of 256: the
     # replicated table too.
-    D._MAX_PIECE = 256
+    D._MAX_PIECE = D._MAX_REPLICA_PIECE = 256
     pieces = ShardedAliasTable(shard_weights(rank, sizes).to(device), placement="shard")
     rep_pieces = ShardedAliasTable(shard_weights(rank, sizes).to(device), placement="replicate")
     res["rep_pieces"] = len(rep_pieces.full_tables)
@@ -122,7 +122,7 @@ def _worker(rank, world, port, out_dir, backend, sizes, draws):
     D._segment_method = lambda total, begin, end, buckets: "sequence" if (begin, end) == (0, buckets) else "segments"
     res["pieces_sequence"] = pieces.sample(draws, ordered=False, generator=gen()).cpu()
     D._segment_method = route
-    D._MAX_PIECE = 1 << 29
+    D._MAX_PIECE, D._MAX_REPLICA_PIECE = 1 << 29, 1 << 31
 
     # Ordered draws exchanged in chunks (as from 2^22 remote draws), here from the first draw.
     D._CHUNK_FROM = 1
@@ -308,6 +308,17 @@ def test_block_corpus_is_the_same_whatever_the_world_size(world):
     word = torch.cat([r["blocks"][3] for r in results])
     assert torch.equal(doc, whole.doc) and torch.equal(word, whole.word)
     assert all(r["blocks"][4] == whole.num_tokens for r in results)
+
+
+def test_int32_draws_become_int64_indices_past_2_31():
+    """Draws travel as int32 within their piece; their global indices may pass 2^31."""
+    from torch_wrs.distributed import _add_base
+
+    local = torch.tensor([0, 5, (1 << 29) - 1], dtype=torch.int32)
+    for base in (0, (1 << 31) - (1 << 29) - 1, 1 << 31, 3 << 33):
+        out = torch.empty(3, dtype=torch.int64)
+        _add_base(local, base, out)
+        assert out.tolist() == [base, base + 5, base + (1 << 29) - 1]
 
 
 def test_owner_draw_route():

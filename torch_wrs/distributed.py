@@ -34,6 +34,9 @@ from .multinomial import multinomial_counts
 # 2^29 keep the build's scratch (about 36 bytes an item) near 18 GiB, so a GPU holds more
 # table. One piece: draws travel as int32 indices within the shard.
 _MAX_PIECE = 1 << 29
+# A replicated table is held as AliasTable holds one: a table up to 2^31 categories (the
+# most a table row holds), so that its draws cost what one GPU's do.
+_MAX_REPLICA_PIECE = 1 << 31
 _MASK64 = (1 << 64) - 1
 
 # Problems found on one rank and reported to all (codes gathered before any exchange).
@@ -190,8 +193,8 @@ class ShardedAliasTable:
         self.full_tables, self.full_starts, self.full_totals = self.tables, self.piece_starts, self.piece_totals
         if self.placement == "replicate" and self.world_size > 1:
             everything = self._gather_weights(local_weights)
-            full = everything.split(_MAX_PIECE)
-            self.full_starts = [i * _MAX_PIECE for i in range(len(full))]
+            full = everything.split(_MAX_REPLICA_PIECE)
+            self.full_starts = [i * _MAX_REPLICA_PIECE for i in range(len(full))]
             self.full_totals = torch.stack([p.sum(dtype=torch.float64) for p in full])
             self.full_tables = [alias_table(p, validate=False) for p in full]
             del everything, full
@@ -392,7 +395,7 @@ class ShardedAliasTable:
                                     async_op=True)
             if asked[j][me]:
                 own = drawn[drawn.numel() - asked[j][me]:]
-                torch.add(own, bases[j][me], out=out[at[j][me]:at[j][me] + own.numel()])
+                _add_base(own, bases[j][me], out[at[j][me]:at[j][me] + own.numel()])
             pending.append((work, received, to_receive, at[j], bases[j]))
             if len(pending) > 1:  # the run before, placed once this one is on its way
                 self._place_runs(out, *pending.pop(0))
@@ -419,7 +422,7 @@ class ShardedAliasTable:
         got = 0
         for r, c in enumerate(to_receive):
             if c:
-                torch.add(received[got:got + c], bases[r], out=out[at[r]:at[r] + c])
+                _add_base(received[got:got + c], bases[r], out[at[r]:at[r] + c])
                 got += c
 
     def _sample_pieces(self, n: int, bad: bool, problem: str, ordered: bool, g, g_host) -> torch.Tensor:
@@ -619,7 +622,7 @@ def replicated_bytes(categories: int, itemsize: int, world_size: int) -> int:
     """Memory a replicated table takes on each rank: 8 bytes a category for the table, the
     gathered weights twice (padded per rank, then joined), and the build's scratch of about
     36 bytes an item of the largest piece."""
-    return categories * (8 + 2 * itemsize) + min(categories, _MAX_PIECE) * 36
+    return categories * (8 + 2 * itemsize) + min(categories, _MAX_REPLICA_PIECE) * 36
 
 
 def _free_bytes(device: torch.device) -> int:
@@ -656,6 +659,16 @@ _MAX_FUSED_RANKS = 255
 # (docs/distributed.md, "How a call runs").
 _CHUNKS = 8
 _CHUNK_FROM = 1 << 22
+
+
+def _add_base(local: torch.Tensor, base: int, out: torch.Tensor) -> None:
+    """out = local + base as int64 global indices, from int32 indices within a piece: one
+    pass where the sum stays within int32 (torch adds an int32 tensor and an int in
+    int32), else a copy and an add."""
+    if base + _MAX_PIECE < 2**31:
+        torch.add(local, base, out=out)
+    else:
+        out.copy_(local).add_(base)
 
 
 def _segment_method(total: int, begin: int, end: int, buckets: int) -> str:
