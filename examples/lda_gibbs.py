@@ -60,6 +60,8 @@ import torch.distributed as dist  # noqa: E402
 
 import torch_wrs  # noqa: E402
 
+IMPORTED = time.perf_counter()
+
 SYNTHETIC = {  # documents, vocabulary, mean document length, topics (planted and fitted)
     "small": (2_000, 2_000, 100, 20),
     "medium": (50_000, 20_000, 200, 100),
@@ -588,14 +590,19 @@ def main():
             torch.cuda.set_device(device)
         # The process group (rendezvous, then NCCL's communicator: device_id starts it now)
         # starts in a thread while this rank draws or reads its corpus.
-        starting = concurrent.futures.ThreadPoolExecutor(1).submit(
-            dist.init_process_group, "nccl" if device.type == "cuda" else "gloo",
-            device_id=device if device.type == "cuda" else None)
+        def start_group():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                    device_id=device if device.type == "cuda" else None)
+            return time.perf_counter()
+
+        starting = concurrent.futures.ThreadPoolExecutor(1).submit(start_group)
     say = print if rank == 0 else (lambda *a, **k: None)
 
+    waited = []  # when this rank first waited for the group: its corpus drawn or read
+
     def group_ready():
-        if starting is not None:
-            starting.result()  # re-raises what the start raised
+        waited.append(time.perf_counter())
+        return starting.result() if starting is not None else None  # re-raises what the start raised
 
     if args.docword:
         corpus = shard_corpus(load_uci(args.docword, args.vocab, device), rank, world_size)
@@ -613,7 +620,8 @@ def main():
             corpus = shard_corpus(synthetic_corpus(docs, vocab, length, k_true, seed=args.seed, device=device),
                                   rank, world_size)
         k = args.topics or k_true
-    group_ready()
+    grouped = group_ready()
+    drawn = waited[0]
     alpha = args.alpha if args.alpha is not None else 50.0 / k
     say(f"corpus: {corpus.total_docs:,} documents, {corpus.vocab_size:,} words, {corpus.total_tokens:,} tokens; "
         f"K = {k}, alpha = {alpha:.4g}, beta = {args.beta}, on {device}"
@@ -632,7 +640,9 @@ def main():
         results[sampler] = (model, history, rate)
         first = history[0][0]
         later = corpus.total_tokens / rate if len(history) > 1 else first
-        say(f"  set-up: {setup:.1f} s to the corpus (imports, process group, generation); the first sweep "
+        group = "" if grouped is None else f", the process group ready at {grouped - COMMAND_START:.1f} s"
+        say(f"  set-up: {setup:.1f} s to the corpus (imports {IMPORTED - COMMAND_START:.1f} s, the corpus drawn or read at "
+            f"{drawn - COMMAND_START:.1f} s{group}); the first sweep "
             f"took {first:.1f} s against {later:.2f} s for a later one (compilation, or loading it from "
             f"torch.compile's cache: {max(first - later, 0):.1f} s)")
         if device.type == "cuda":
