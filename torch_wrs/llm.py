@@ -5,7 +5,9 @@ from typing import Optional, Union
 
 import torch
 
+from . import _llm_extras as extras
 from ._library import _C, direct_call
+from ._llm_extras import SampleOutput
 
 _sample_llm = torch.ops.wrs.sample_llm.default
 _filter_logits = torch.ops.wrs.filter_logits.default
@@ -89,6 +91,32 @@ def _sample(op, x, num_samples, logits, controls, replacement, generator, seeds,
     return tokens, torch.log_softmax(scaled.float(), -1).gather(-1, tokens)
 
 
+def _sample_extra(x, num_samples, controls, typical_p, top_n_sigma, top_logprobs, replacement, generator, seeds,
+                  return_logprobs, check):
+    """sample_logits with typical-p, top-n-sigma or top-n log-probs (_llm_extras)."""
+    op = "sample_logits"
+    if not isinstance(return_logprobs, (str, type(None))) or return_logprobs not in _LOGPROB_MODES:
+        raise RuntimeError(f"{op}: return_logprobs must be None, 'processed' or 'raw', got {return_logprobs!r}")
+    if x.dim() == 0:
+        raise RuntimeError(f"{op}: logits must have at least one dimension")
+    extras.check_scalars(op, typical_p, top_n_sigma, top_logprobs, x.shape[-1])
+    kw = dict(zip(_CONTROL_NAMES, controls))
+    if check:
+        _check_rows(op, x, True, kw)
+    law = extras.extra_filtered(x, kw, typical_p, top_n_sigma, op) if extras.active(typical_p, top_n_sigma) else None
+    source, draw = (x, controls) if law is None else (law, _controls(1.0, None, None, None))
+    tokens = _sample(op, source, num_samples, True, draw, replacement, generator, seeds, None, False)
+    if return_logprobs is None and not top_logprobs:
+        return tokens
+    if return_logprobs == "processed":
+        of = law if law is not None else _filter_logits(x, **kw)
+    else:
+        of = extras.raw_law(x, kw)
+    if not top_logprobs:
+        return tokens, torch.log_softmax(of.float(), -1).gather(-1, tokens)
+    return extras.with_top_logprobs(tokens, of, top_logprobs)
+
+
 def sample_logits(
     logits: torch.Tensor,
     num_samples: int = 1,
@@ -97,10 +125,13 @@ def sample_logits(
     top_k: Control = None,
     top_p: Control = None,
     min_p: Control = None,
+    typical_p: Control = None,
+    top_n_sigma: Control = None,
     replacement: bool = True,
     generator: Optional[torch.Generator] = None,
     seeds: Optional[torch.Tensor] = None,
     return_logprobs: Optional[str] = None,
+    top_logprobs: int = 0,
     check: bool = False,
 ):
     """Draws tokens from ``softmax(logits / temperature)`` after top-k, top-p and min-p.
@@ -110,7 +141,10 @@ def sample_logits(
     set of largest probabilities whose mass reaches p, the crossing value included), then
     min-p (keep ``p_i >= min_p * max p``). The draw is from the kept set, renormalised
     (``csrc/llm/llm.h`` states the law and its precision). No vocabulary sort, and nothing
-    is read back to the host unless ``check=True``.
+    is read back to the host unless ``check=True``. ``top_n_sigma`` applies before top-k (to
+    the whole row) and ``typical_p`` after min-p, as Hugging Face orders its warpers; these
+    two, and ``top_logprobs``, run in torch ops around the fused kernel (typical-p sorts the
+    row).
 
     Parameters
     ----------
@@ -127,6 +161,12 @@ def sample_logits(
         Nucleus mass in ``(0, 1]``; ``None`` or ``1`` disables it.
     min_p : float or Tensor, optional
         In ``[0, 1]``; ``None`` or ``0`` disables it.
+    typical_p : float or Tensor, optional
+        In ``(0, 1]``: Hugging Face's typical sampling, the tokens whose surprisal is closest
+        to the row's entropy until their mass reaches typical_p; ``None`` or ``1`` disables it.
+    top_n_sigma : float or Tensor, optional
+        ``>= 0``: keep the logits within top_n_sigma standard deviations (over the row's finite
+        logits, after temperature) of the row's maximum; ``None`` disables it.
     replacement : bool
         With ``False`` and ``num_samples > 1``: distinct tokens, the Gumbel top-k of the
         filtered logits (this path reads back once to validate).
@@ -138,13 +178,19 @@ def sample_logits(
     return_logprobs : {None, "processed", "raw"}
         Also return float32 log-probabilities of the drawn tokens: under the filtered law, or
         under ``log_softmax(logits / temperature)`` (``log_softmax(logits)`` for greedy rows).
+    top_logprobs : int
+        n > 0 also returns the n most likely tokens under that law (raw where
+        ``return_logprobs`` is None) and the drawn tokens' ranks.
     check : bool
         Read the rows back once and raise for invalid ones, instead of the silent result.
 
     Returns
     -------
-    Tensor or (Tensor, Tensor)
+    Tensor, (Tensor, Tensor) or SampleOutput
         int64 tokens ``[..., num_samples]``, and the log-probabilities with ``return_logprobs``.
+        With ``top_logprobs=n``: ``SampleOutput(tokens, logprobs, top_tokens, top_logprobs,
+        ranks)``, ``top_*`` of shape ``[..., n]`` most likely first, ``ranks`` one plus the
+        number of tokens whose log-prob is strictly higher than the drawn token's.
         An invalid row (NaN or ``+inf`` logits, all ``-inf``, or a per-row control out of
         range) gives token 0 and a NaN log-probability.
 
@@ -160,8 +206,15 @@ def sample_logits(
     >>> tokens = torch_wrs.sample_logits(logits, temperature=0.8, top_k=50, top_p=0.9)
     >>> tokens, lp = torch_wrs.sample_logits(logits, top_p=torch.tensor([0.9, 1.0, 0.5, 0.95]),
     ...                                      seeds=torch.arange(4), return_logprobs="raw")
+    >>> out = torch_wrs.sample_logits(logits, typical_p=0.9, top_logprobs=5)
+    >>> out.top_tokens.shape, out.ranks.shape
+    (torch.Size([4, 5]), torch.Size([4, 1]))
     """
     controls = _controls(temperature, top_k, top_p, min_p)
+    typical_p = extras.typical_none(typical_p)
+    if top_logprobs or extras.active(typical_p, top_n_sigma):
+        return _sample_extra(logits, num_samples, controls, typical_p, top_n_sigma, top_logprobs, replacement,
+                             generator, seeds, return_logprobs, check)
     return _sample("sample_logits", logits, num_samples, True, controls, replacement, generator, seeds, return_logprobs,
                    check)
 
@@ -218,6 +271,8 @@ def filter_logits(
     top_k: Control = None,
     top_p: Control = None,
     min_p: Control = None,
+    typical_p: Control = None,
+    top_n_sigma: Control = None,
 ) -> torch.Tensor:
     """The processed logits that :func:`sample_logits` draws from: ``logits / temperature``
     on the kept set, ``-inf`` elsewhere (for KL terms, entropy bonuses, beam search).
@@ -226,7 +281,7 @@ def filter_logits(
     ----------
     logits : Tensor
         ``[..., V]``, any float dtype.
-    temperature, top_k, top_p, min_p
+    temperature, top_k, top_p, min_p, typical_p, top_n_sigma
         As in :func:`sample_logits`.
 
     Returns
@@ -249,7 +304,14 @@ def filter_logits(
     20
     """
     kw = dict(zip(_CONTROL_NAMES, _controls(temperature, top_k, top_p, min_p)))
-    out = _filter_logits(logits, **kw)
+    typical_p = extras.typical_none(typical_p)
+    if extras.active(typical_p, top_n_sigma):
+        if logits.dim() == 0:
+            raise RuntimeError("filter_logits: logits must have at least one dimension")
+        extras.check_scalars("filter_logits", typical_p, top_n_sigma, 0, logits.shape[-1])
+        out = extras.extra_filtered(logits.detach(), kw, typical_p, top_n_sigma, "filter_logits").to(logits.dtype)
+    else:
+        out = _filter_logits(logits, **kw)
     if not (logits.requires_grad and torch.is_grad_enabled()):
         return out
     t = kw["temperature"] if kw["temperature"] is not None else kw["temperature_value"]

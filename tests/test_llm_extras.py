@@ -1,0 +1,187 @@
+"""sample_logits / filter_logits: typical-p, top-n-sigma and top-n log-probabilities, against
+float64 references written from their definitions (Hugging Face's TypicalLogitsWarper; keep
+within n standard deviations of the maximum), kept sets exactly and laws by G-tests."""
+import pytest
+import torch
+
+import torch_wrs
+from helpers import g_test_pvalue
+
+P_MIN = 1e-4
+
+
+def typical_reference(f, mass):
+    """One row of logits f (float64, -inf allowed): Hugging Face's typical set, by sorting."""
+    lp = torch.log_softmax(f, -1)
+    p = lp.exp()
+    h = -(p[p > 0] * lp[p > 0]).sum()
+    shift = (-lp - h).abs()
+    order = torch.argsort(shift, stable=True)
+    cum = torch.cumsum(p[order], 0)
+    last = min(int((cum < mass).sum()), f.numel() - 1)
+    return shift <= shift[order[last]]
+
+
+def sigma_reference(y, n):
+    finite = y[torch.isfinite(y)]
+    return y >= finite.max() - n * finite.std(correction=0)
+
+
+def law(f):
+    w = torch.exp(f - f.max())
+    return w / w.sum()
+
+
+def _row(seed, v=400):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(v, generator=g, dtype=torch.float64) * 2.0
+    x[::9] = float("-inf")
+    return x.float()
+
+
+@pytest.mark.parametrize("mass", [0.2, 0.5, 0.9, 0.99])
+def test_typical_kept_set_matches_the_definition(device, mass):
+    rows = torch.stack([_row(s) for s in range(16)]).to(device)
+    out = torch_wrs.filter_logits(rows, typical_p=mass).cpu()
+    for r in range(16):
+        keep = typical_reference(rows[r].cpu().double(), mass)
+        assert torch.equal(torch.isfinite(out[r]), keep & torch.isfinite(rows[r].cpu()))
+        torch.testing.assert_close(out[r][keep], rows[r].cpu()[keep])
+
+
+@pytest.mark.parametrize("n", [0.0, 0.5, 1.0, 2.5])
+def test_top_n_sigma_kept_set_after_temperature(device, n):
+    rows = torch.stack([_row(s) for s in range(16)]).to(device)
+    out = torch_wrs.filter_logits(rows, top_n_sigma=n, temperature=0.7).cpu()
+    for r in range(16):
+        y = rows[r].cpu() * torch.reciprocal(torch.tensor(0.7, dtype=torch.float32))
+        keep = sigma_reference(y.double(), n)
+        assert torch.equal(torch.isfinite(out[r]), keep)
+
+
+def test_typical_after_top_k_and_sigma_before_it(device):
+    """Order: top-n-sigma over the whole row, then top-k, then typical-p over the top-k set."""
+    x = _row(5)
+    out = torch_wrs.filter_logits(x.to(device), top_k=40, typical_p=0.6).cpu()
+    topk = x >= x.sort(descending=True).values[39]
+    keep = typical_reference(x.double().masked_fill(~topk, float("-inf")), 0.6) & topk
+    assert torch.equal(torch.isfinite(out), keep)
+    out = torch_wrs.filter_logits(x.to(device), top_k=5, top_n_sigma=0.5).cpu()
+    keep = sigma_reference(x.double(), 0.5) & (x >= x.sort(descending=True).values[4])
+    assert torch.equal(torch.isfinite(out), keep)
+
+
+@pytest.mark.parametrize("kw", [dict(typical_p=0.7), dict(top_n_sigma=1.0, temperature=0.8),
+                                dict(typical_p=0.9, top_k=50, top_n_sigma=2.0)], ids=["typical", "sigma", "all"])
+def test_law(device, kw):
+    x = _row(7, 300)
+    ref = torch_wrs.filter_logits(x, **kw).double()  # the kept set, checked above
+    gen = torch.Generator(device).manual_seed(3)
+    draws = 20_000_000 if device.type == "cuda" else 200_000
+    rows = 1000 if device.type == "cuda" else 4
+    counts = torch.zeros(300, dtype=torch.float64)
+    batch = x.to(device).expand(rows, -1)
+    for _ in range(draws // (rows * 50)):
+        t = torch_wrs.sample_logits(batch, 50, generator=gen, **kw)
+        counts += torch.bincount(t.reshape(-1).cpu(), minlength=300).double()
+    assert g_test_pvalue(counts, law(ref)) > P_MIN
+
+
+def test_top_logprobs_and_ranks(device):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(2, 3, 500, generator=g) * 1.5).to(device)
+    for mode in (None, "raw", "processed"):
+        out = torch_wrs.sample_logits(x, 4, temperature=0.8, top_k=100, top_p=0.9, return_logprobs=mode,
+                                      top_logprobs=7, generator=torch.Generator(device).manual_seed(2))
+        assert isinstance(out, torch_wrs.SampleOutput)
+        assert out.tokens.shape == out.ranks.shape == out.logprobs.shape == (2, 3, 4)
+        assert out.top_tokens.shape == out.top_logprobs.shape == (2, 3, 7)
+        if mode == "processed":
+            lp = torch.log_softmax(torch_wrs.filter_logits(x, temperature=0.8, top_k=100, top_p=0.9).float(), -1)
+        else:
+            lp = torch.log_softmax(x.float() * torch.reciprocal(torch.tensor(0.8)).to(device), -1)
+        ref = lp.topk(7, -1)
+        torch.testing.assert_close(out.top_logprobs, ref.values)
+        assert torch.equal(lp.gather(-1, out.top_tokens), out.top_logprobs)
+        torch.testing.assert_close(out.logprobs, lp.gather(-1, out.tokens))
+        ranks = (lp.unsqueeze(-2) > out.logprobs.unsqueeze(-1)).sum(-1) + 1
+        assert torch.equal(out.ranks, ranks) and (out.ranks >= 1).all()
+        same = torch_wrs.sample_logits(x, 4, temperature=0.8, top_k=100, top_p=0.9,
+                                       generator=torch.Generator(device).manual_seed(2))
+        assert torch.equal(same, out.tokens), "top_logprobs changes the draws"
+
+
+def test_top_logprobs_of_a_greedy_row_and_with_typical(device):
+    x = _row(3).to(device)
+    out = torch_wrs.sample_logits(x, temperature=0.0, top_logprobs=3)
+    assert int(out.tokens) == int(x.argmax()) and int(out.ranks) == 1
+    out = torch_wrs.sample_logits(x, typical_p=0.5, top_logprobs=3, return_logprobs="processed")
+    assert torch.isfinite(out.logprobs).all()
+    assert torch.equal(out.top_tokens, torch_wrs.filter_logits(x, typical_p=0.5).topk(3).indices)
+
+
+def test_per_row_controls_and_invalid_rows(device):
+    x = torch.stack([_row(s, 200) for s in range(4)]).to(device)
+    typ = torch.tensor([0.3, 1.0, 0.8, 1.5], device=device)  # the last is out of range
+    out = torch_wrs.filter_logits(x, typical_p=typ)
+    for r in range(3):
+        keep = typical_reference(x[r].cpu().double(), float(typ[r])) & torch.isfinite(x[r].cpu())
+        assert torch.equal(torch.isfinite(out[r]).cpu(), keep)
+    assert torch.isnan(out[3]).all()
+    tokens, lp = torch_wrs.sample_logits(x, typical_p=typ, return_logprobs="processed")
+    assert int(tokens[3]) == 0 and torch.isnan(lp[3]).all() and torch.isfinite(lp[:3]).all()
+    sig = torch.tensor([0.0, 1.0, float("nan"), -1.0], device=device)
+    out = torch_wrs.filter_logits(x, top_n_sigma=sig)
+    assert torch.isnan(out[2:]).all() and int(torch.isfinite(out[0]).sum()) == 1
+    nan_row = x.clone()
+    nan_row[1, 5] = float("nan")
+    assert torch.isnan(torch_wrs.filter_logits(nan_row, typical_p=0.5)[1]).all()
+
+
+def test_reproducible_seeds_dtypes_strides_and_empty(device):
+    x = torch.stack([_row(s, 256) for s in range(6)]).to(device)
+    kw = dict(typical_p=0.8, top_n_sigma=2.0)
+    a = torch_wrs.sample_logits(x, 8, generator=torch.Generator(device).manual_seed(5), **kw)
+    b = torch_wrs.sample_logits(x, 8, generator=torch.Generator(device).manual_seed(5), **kw)
+    assert torch.equal(a, b)
+    seeds = torch.arange(6, device=device) * 7
+    s = torch_wrs.sample_logits(x, 8, seeds=seeds, **kw)
+    assert torch.equal(torch_wrs.sample_logits(x[2:3], 8, seeds=seeds[2:3], **kw), s[2:3])
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        out = torch_wrs.filter_logits(x.to(dtype), **kw)
+        assert out.dtype == dtype
+        assert torch.equal(torch.isfinite(out), torch.isfinite(torch_wrs.filter_logits(x.to(dtype).float(), **kw)))
+    wide = torch.randn(256, 12, device=device).t()  # non-contiguous rows
+    assert torch.equal(torch_wrs.filter_logits(wide, **kw), torch_wrs.filter_logits(wide.contiguous(), **kw))
+    empty = torch.zeros(0, 50, device=device)
+    assert torch_wrs.sample_logits(empty, typical_p=0.5, top_logprobs=2).top_tokens.shape == (0, 2)
+
+
+def test_distinct_draws_with_extras(device):
+    x = _row(9, 300).to(device)
+    t = torch_wrs.sample_logits(x, 20, typical_p=0.95, replacement=False)
+    keep = torch.isfinite(torch_wrs.filter_logits(x, typical_p=0.95))
+    assert t.unique().numel() == 20 and keep[t].all()
+
+
+@pytest.mark.parametrize("kw, text", [
+    (dict(typical_p=0.0), "typical_p must be in"), (dict(typical_p=1.5), "typical_p must be in"),
+    (dict(top_n_sigma=-1.0), "top_n_sigma must be"), (dict(top_n_sigma=float("inf")), "top_n_sigma must be"),
+    (dict(top_logprobs=-1), "top_logprobs must be"), (dict(top_logprobs=11), "top_logprobs must be"),
+    (dict(top_logprobs=True), "top_logprobs must be"), (dict(typical_p=torch.ones(3)), "typical_p must hold"),
+    (dict(typical_p=0.5, return_logprobs="all"), "return_logprobs must be"),
+])
+def test_argument_errors(device, kw, text):
+    with pytest.raises(RuntimeError, match=text):
+        torch_wrs.sample_logits(torch.randn(2, 10, device=device), **kw)
+
+
+def test_matches_transformers_typical_warper():
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    from transformers.generation.logits_process import TypicalLogitsWarper
+
+    x = torch.stack([_row(s, 1000) for s in range(32)])
+    for mass in (0.3, 0.9):
+        theirs = TypicalLogitsWarper(mass)(None, x.clone())
+        assert torch.equal(torch.isfinite(torch_wrs.filter_logits(x, typical_p=mass)), torch.isfinite(theirs))
+    del transformers

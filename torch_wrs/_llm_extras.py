@@ -1,0 +1,153 @@
+"""The truncations and log-probabilities that sample_logits adds to its fused kernel in torch
+ops: top-n-sigma, typical-p and the top-n log-probabilities with the drawn token's rank.
+
+Order (docs/llm.md): temperature, then top-n-sigma over the whole row, then top-k, top-p
+and min-p (the fused filter), then typical-p over what they kept (Hugging Face's warper
+order: temperature, top-k, top-p, min-p, typical-p). Decisions are made in float64."""
+from typing import NamedTuple, Optional
+
+import torch
+
+_filter_logits = torch.ops.wrs.filter_logits.default
+_NEG_INF = float("-inf")
+
+
+class SampleOutput(NamedTuple):
+    """What ``sample_logits(..., top_logprobs=n)`` returns.
+
+    tokens: int64 ``[..., num_samples]``; logprobs: float32, the drawn tokens' log-probs
+    (``return_logprobs``'s law, raw when it is None); top_tokens, top_logprobs:
+    ``[..., n]``, most likely first; ranks: int64 ``[..., num_samples]``, one plus the
+    number of tokens whose log-prob is strictly higher than the drawn token's."""
+    tokens: torch.Tensor
+    logprobs: torch.Tensor
+    top_tokens: torch.Tensor
+    top_logprobs: torch.Tensor
+    ranks: torch.Tensor
+
+
+def _per_row(value, rows, device, name, op):
+    """A control as a float64 [rows, 1] column, or None where it is off."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        if value.numel() != rows or value.device != device:
+            raise RuntimeError(f"{op}: {name} must hold one value per row ({rows}) on {device}, "
+                               f"got shape {tuple(value.shape)} on {value.device}")
+        return value.reshape(rows, 1).double()
+    return torch.full((rows, 1), float(value), dtype=torch.float64, device=device)
+
+
+def check_scalars(op, typical_p, top_n_sigma, top_logprobs, vocab):
+    """RuntimeErrors naming the argument, for scalar controls out of range."""
+    if typical_p is not None and not isinstance(typical_p, torch.Tensor):
+        if isinstance(typical_p, bool) or not 0.0 < float(typical_p) <= 1.0:
+            raise RuntimeError(f"{op}: typical_p must be in (0, 1], got {typical_p!r}")
+    if top_n_sigma is not None and not isinstance(top_n_sigma, torch.Tensor):
+        n = float(top_n_sigma)
+        if isinstance(top_n_sigma, bool) or not (0.0 <= n < float("inf")):
+            raise RuntimeError(f"{op}: top_n_sigma must be a finite number >= 0, got {top_n_sigma!r}")
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or not 0 <= top_logprobs <= vocab:
+        raise RuntimeError(f"{op}: top_logprobs must be an int in [0, {vocab}], got {top_logprobs!r}")
+
+
+def active(typical_p, top_n_sigma) -> bool:
+    """Whether a call needs the extra truncations (a tensor always does: no host read)."""
+    return typical_p is not None or top_n_sigma is not None
+
+
+def scaled(x2d, kw):
+    """The values the law is over, float32 [B, V]: x * (1 / T) as llm.h computes them, x
+    itself on greedy rows; and the greedy rows' mask [B, 1] (None where no row is greedy)."""
+    t = kw["temperature"]
+    if t is None:
+        value = kw["temperature_value"]
+        if value in (0.0, 1.0):
+            return x2d.float(), (None if value else torch.ones(x2d.shape[0], 1, dtype=torch.bool, device=x2d.device))
+        return x2d.float() * torch.reciprocal(torch.tensor(value, dtype=torch.float32)), None
+    t = t.reshape(-1, 1).float()
+    greedy = t == 0
+    inv = torch.where(greedy, 1.0, torch.reciprocal(t))
+    return x2d.float() * inv, greedy
+
+
+def top_n_sigma_keep(y, n):
+    """Keep y_i >= max y - n * std(y), std over the row's finite entries (population); NaN
+    and +inf are kept, so that the filter marks their row invalid."""
+    finite = torch.isfinite(y)
+    yd = y.double()
+    count = finite.sum(-1, keepdim=True).clamp(min=1)
+    mean = torch.where(finite, yd, 0.0).sum(-1, keepdim=True) / count
+    var = (torch.where(finite, yd - mean, 0.0) ** 2).sum(-1, keepdim=True) / count
+    top = torch.where(finite, yd, _NEG_INF).amax(-1, keepdim=True)
+    return (yd >= top - n * var.sqrt()) | ~(finite | (y == _NEG_INF))
+
+
+def typical_keep(f, mass):
+    """Hugging Face's TypicalLogitsWarper in float64: the tokens closest to the row's entropy
+    in surprisal, |-log p_i - H|, fewest first, until their mass reaches ``mass``; ties with
+    the last one kept; at least one token. NaN rows are left for the filter to mark."""
+    lp = torch.log_softmax(f.double(), -1)
+    p = lp.exp()
+    entropy = -(lp * p).nansum(-1, keepdim=True)
+    shift = (-lp - entropy).abs()
+    shift_sorted, order = shift.sort(dim=-1, stable=True)
+    cum = p.gather(-1, order).cumsum(-1)
+    last = (cum < mass).sum(-1, keepdim=True).clamp(max=f.shape[-1] - 1)
+    limit = shift_sorted.gather(-1, last)
+    return (shift <= limit) | torch.isnan(f) | (mass >= 1)
+
+
+def extra_filtered(x, kw, typical_p, top_n_sigma, op):
+    """The processed logits (float32, ``[..., V]``): the fused filter's output with
+    top-n-sigma before it and typical-p after it; greedy rows as the fused filter leaves them."""
+    shape = x.shape
+    x2d = x.reshape(-1, shape[-1])
+    rows = x2d.shape[0]
+    y, greedy = scaled(x2d, kw)
+    bad = None  # rows whose per-row controls are out of range: NaN, as the fused filter marks them
+    if kw["temperature"] is not None:
+        t = kw["temperature"].reshape(-1, 1).float()
+        bad = ~((t >= 0) & (t <= torch.finfo(torch.float32).max))
+    n = _per_row(top_n_sigma, rows, x.device, "top_n_sigma", op)
+    if n is not None:
+        y = y.masked_fill(~top_n_sigma_keep(y, n), _NEG_INF)
+        bad = _either(bad, ~((n >= 0) & (n < float("inf"))))
+    plain = dict(kw, temperature=None, temperature_value=1.0)
+    f = _filter_logits(y, **plain)
+    mass = _per_row(typical_p, rows, x.device, "typical_p", op)
+    if mass is not None:
+        f = f.masked_fill(~typical_keep(f, mass), _NEG_INF)
+        bad = _either(bad, ~((mass > 0) & (mass <= 1)))
+    if greedy is not None:
+        f = torch.where(greedy, _filter_logits(x2d, **kw).float(), f)
+    if bad is not None:
+        f = f.masked_fill(bad, float("nan"))
+    return f.reshape(shape)
+
+
+def _either(a, b):
+    return b if a is None else a | b
+
+
+def with_top_logprobs(tokens, law, n):
+    """SampleOutput for drawn ``tokens`` under the log-law of logits ``law`` ([..., V])."""
+    lp = torch.log_softmax(law.float(), -1)
+    drawn = lp.gather(-1, tokens)
+    top = lp.topk(n, -1) if n else (lp[..., :0], tokens[..., :0])
+    ranks = torch.stack([(lp > drawn[..., s:s + 1]).sum(-1) for s in range(tokens.shape[-1])], -1) + 1
+    return SampleOutput(tokens, drawn, top[1], top[0], ranks)
+
+
+def raw_law(x, kw):
+    """log_softmax's argument for raw log-probs: x / T, x on greedy rows."""
+    shape = x.shape
+    y, _ = scaled(x.reshape(-1, shape[-1]), kw)
+    return y.reshape(shape)
+
+
+def typical_none(value) -> Optional[float]:
+    """typical_p == 1 keeps everything: treated as off (other values are checked later)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value) == 1.0:
+        return None
+    return value
