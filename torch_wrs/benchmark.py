@@ -14,6 +14,7 @@
     python -m torch_wrs.benchmark contended-sweep --device cpu [--out FILE]
                                                  # multinomial vs torch on the CPU while busy
                                                  # loops hold every core
+    python -m torch_wrs.benchmark llm-extras [--out FILE]   # process_logits, top-n log-probs, typical-p, masks
     python -m torch_wrs.benchmark llm [--quick] [--dtypes float32,bfloat16] [--out FILE]
                                                  # LLM sampling vs FlashInfer and a torch sort path
                                                  # (torch_wrs/benchmark_llm.py); --merge A.md B.md
@@ -801,7 +802,8 @@ def _cell_name(c):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["construction", "sampling", "multinomial", "gamma", "gamma-sweep", "radix",
-                                             "sweep", "contended-sweep", "distributed", "llm", "graph", "replay"])
+                                             "sweep", "contended-sweep", "distributed", "llm", "llm-extras", "graph",
+                                             "replay"])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="for `sweep` and `gamma-sweep`")
     parser.add_argument("--out", default="", help="the sweeps: also write the report to this file")
     parser.add_argument("--samples", type=int, default=100_000_000, help="draws per case in `sampling` and `radix`")
@@ -851,6 +853,10 @@ def main():
         return run(args)
     if args.what == "llm":
         from .benchmark_llm import run
+
+        return run(args)
+    if args.what == "llm-extras":
+        from .benchmark_llm_extras import run
 
         return run(args)
     if args.what == "graph":
