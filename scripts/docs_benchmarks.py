@@ -4,7 +4,7 @@
 
 Recorded runs: the sweeps' full reports (docs/multinomial_sweep_{h100,h200,cpu}.md,
 docs/multinomial_contended_cpu.md, written by `python -m torch_wrs.benchmark ... --out`),
-the LLM benchmark (docs/llm_bench_h200.md), the graph benchmark (docs/graph_bench_h200.md),
+the LLM benchmarks (docs/llm_bench_h200.md, docs/llm_extras_h200.md), the graph benchmark (docs/graph_bench_h200.md),
 the replay benchmark (docs/replay_bench_h200.md) and the other tables (docs/runs/*.md), each
 headed by its device, versions and date. Replace a run's file with a newer run's output,
 then run this script; the page holds current numbers only.
@@ -193,6 +193,11 @@ def main():
     out += [f"| {c} | {a:.2f}x | {b:.1f}x |" for c, a, b in zip(controls, fi, th)]
     out += ["", "![speed-up against FlashInfer and torch](_static/llm_h200.png)", "",
             "Every cell: [llm_bench_h200.md](llm_bench_h200.md).", ""]
+    text = titled("llm_extras_h200.md", "LLM sampling extras, NVIDIA H200")
+    out += ["### The pass before sampling, top-n log-probs, typical-p and masked rows", "",
+            "`python -m torch_wrs.benchmark llm-extras`: each against sampling alone (for typical-p "
+            "and top-n-sigma, against top-p alone).", "", text.split("\n", 1)[1].strip(), "",
+            "Where the time goes: [llm.md](llm.md#speed).", ""]
 
     text = read("graph_bench_h200.md").split("\n", 1)[1].strip().replace("\n## ", "\n### ")  # under our title
     out += ["## Graph sampling", "", text, "",

@@ -1,6 +1,8 @@
 """``python -m torch_wrs.benchmark llm-extras``: what the pass before sampling, top-n
 log-probs, typical-p, top-n-sigma and masked rows cost against sampling alone, on the GPU,
 in CUDA graphs (ms per call, medians)."""
+import datetime
+
 import torch
 
 import torch_wrs
@@ -15,7 +17,7 @@ def _pass_inputs(b, gen):
     history = torch.randint(V, (b, 512), device="cuda", generator=gen)
     bias_ids = torch.randint(V, (b, 8), device="cuda", generator=gen)
     words = (V + 31) // 32
-    bitmask = torch.randint(-2**31, 2**31 - 1, (b, words), device="cuda", generator=gen, dtype=torch.int64)
+    bitmask = torch.randint(-2**31, 2**31 - 1, (b, words), device="cuda", dtype=torch.int64)
     return dict(output_ids=history, logit_bias=(bias_ids, torch.randn(b, 8, device="cuda", generator=gen)),
                 allowed_bitmask=bitmask.to(torch.int32), banned_ids=torch.arange(4, device="cuda"),
                 repetition_penalty=1.1, frequency_penalty=0.2, presence_penalty=0.1, validate=False)
@@ -25,7 +27,7 @@ def run(args):
     gen = torch.Generator("cuda").manual_seed(0)
     controls = dict(temperature=0.7, top_k=50, top_p=0.9)
     lines = [f"Extras against sampling alone on {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-             f"CUDA {torch.version.cuda}; float32 logits, V = {V:,}; ms per call in a CUDA graph.", "",
+             f"CUDA {torch.version.cuda}, {datetime.date.today()}; float32 logits, V = {V:,}; ms per call in a CUDA graph.", "",
              "| rows | case | ms | sampling alone ms | ratio |", "|---:|---|---:|---:|---:|"]
 
     def row(b, name, ms, alone):
@@ -34,25 +36,25 @@ def run(args):
 
     for b in (1, 256):
         x = _llm_logits(b, V, torch.float32, gen)
-        alone = graphed(lambda: torch_wrs.sample_logits(x, generator=gen, **controls))
+        alone = graphed(lambda: torch_wrs.sample_logits(x, **controls))
         kw = _pass_inputs(b, gen)
         row(b, "process_logits + sampling (temperature, top-k, top-p)",
-            graphed(lambda: torch_wrs.sample_logits(torch_wrs.process_logits(x, **kw), generator=gen, **controls)),
+            graphed(lambda: torch_wrs.sample_logits(torch_wrs.process_logits(x, **kw), **controls)),
             alone)
-        row(b, "top_logprobs=20", graphed(lambda: torch_wrs.sample_logits(x, generator=gen, top_logprobs=20,
+        row(b, "top_logprobs=20", graphed(lambda: torch_wrs.sample_logits(x, top_logprobs=20,
                                                                            **controls)), alone)
-        top_p = graphed(lambda: torch_wrs.sample_logits(x, generator=gen, top_p=0.9))
-        row(b, "typical_p=0.9 (against top_p=0.9)", graphed(lambda: torch_wrs.sample_logits(x, generator=gen,
+        top_p = graphed(lambda: torch_wrs.sample_logits(x, top_p=0.9))
+        row(b, "typical_p=0.9 (against top_p=0.9)", graphed(lambda: torch_wrs.sample_logits(x,
                                                                                              typical_p=0.9)), top_p)
-        row(b, "top_n_sigma=1 (against top_p=0.9)", graphed(lambda: torch_wrs.sample_logits(x, generator=gen,
+        row(b, "top_n_sigma=1 (against top_p=0.9)", graphed(lambda: torch_wrs.sample_logits(x,
                                                                                              top_n_sigma=1.0)), top_p)
         masked = x.clone()
         masked[:, ::2] = float("-inf")
         for name, kw in (("plain", {}), ("top-k 50", dict(top_k=50)), ("top-p 0.9", dict(top_p=0.9)),
                          ("min-p 0.1", dict(min_p=0.1)), ("top-k 50 + top-p 0.9", dict(top_k=50, top_p=0.9))):
-            unmasked = graphed(lambda: torch_wrs.sample_logits(x, generator=gen, **kw))
+            unmasked = graphed(lambda: torch_wrs.sample_logits(x, **kw))
             row(b, f"half the logits -inf, {name} (against unmasked)",
-                graphed(lambda: torch_wrs.sample_logits(masked, generator=gen, **kw)), unmasked)
+                graphed(lambda: torch_wrs.sample_logits(masked, **kw)), unmasked)
     if args.out:
         with open(args.out, "w") as fh:
             fh.write("\n".join(lines) + "\n")
