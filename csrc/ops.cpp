@@ -120,6 +120,13 @@ TORCH_LIBRARY(wrs, m) {
   m.def("filter_logits(Tensor logits, *, Tensor? temperature=None, float temperature_value=1.0, "
         "Tensor? top_k=None, int top_k_value=0, Tensor? top_p=None, float top_p_value=1.0, Tensor? min_p=None, "
         "float min_p_value=0.0) -> Tensor");
+  // The pass before sampling, in vLLM's order (csrc/llm/penalties.h): logits [B, V] through
+  // an int32 token bitmask, masked ids to -inf, a bias added, then each distinct id of the
+  // output and prompt histories penalised once; id lists [B, n] padded with -1; per-row
+  // penalties [B]. Returns float32 [B, V]; nothing is read back.
+  m.def("penalize_logits(Tensor logits, *, Tensor? allowed_bitmask=None, Tensor? masked_ids=None, "
+        "Tensor? bias_ids=None, Tensor? bias_values=None, Tensor? output_ids=None, Tensor? prompt_ids=None, "
+        "Tensor? repetition_penalty=None, Tensor? frequency_penalty=None, Tensor? presence_penalty=None) -> Tensor");
   // Which CUDA kernel (and cluster of CTAs a row) sample_llm takes for a call of this shape
   // and these controls, by the method table (csrc/llm/route.h): for tests and the docs.
   // per_row names the controls given as per-row tensors ("top_k,top_p"); sms is the GPU's

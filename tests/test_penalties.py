@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import torch_wrs
+from conftest import requires_cuda
 
 V = 70
 
@@ -123,3 +124,56 @@ def test_errors_name_the_argument(device):
     bad = torch_wrs.process_logits(x, output_ids=torch.tensor([1], device=device),
                                    repetition_penalty=torch.tensor([1.2, -1.0], device=device))
     assert torch.isnan(bad[1]).all() and not torch.isnan(bad[0]).any()
+
+
+def test_long_histories_with_many_repeats(device):
+    """Hash-table collisions and repeats: 600 ids a row over 70 tokens, prompt and output."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, V, generator=g) * 2
+    out_ids = torch.randint(-1, V, (5, 600), generator=g)
+    prompt_ids = torch.randint(-1, V, (5, 300), generator=g)
+    got = torch_wrs.process_logits(x.to(device), output_ids=out_ids.to(device), prompt_ids=prompt_ids.to(device),
+                                   repetition_penalty=1.7, frequency_penalty=0.05, presence_penalty=0.3)
+    for r in range(5):
+        ref = reference(x[r], output=[t for t in out_ids[r].tolist() if t >= 0],
+                        prompt=[t for t in prompt_ids[r].tolist() if t >= 0], rep=1.7, freq=0.05, pres=0.3)
+        torch.testing.assert_close(got[r].cpu().double(), ref, rtol=1e-6, atol=1e-5)
+
+
+def test_opcheck(device):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, V, generator=g).to(device)
+    ids = torch.randint(-1, V, (3, 6), generator=g).to(device)
+    kw = dict(allowed_bitmask=_bitmask([set(range(0, V, 3))] * 3).to(device), masked_ids=ids, bias_ids=ids,
+              bias_values=torch.ones(3, 6, device=device), output_ids=ids, prompt_ids=ids,
+              repetition_penalty=torch.full((3,), 1.2, device=device),
+              frequency_penalty=torch.full((3,), 0.1, device=device),
+              presence_penalty=torch.full((3,), 0.1, device=device))
+    torch.library.opcheck(torch.ops.wrs.penalize_logits.default, (x,), kw)
+
+
+@requires_cuda
+def test_cuda_equals_cpu_and_captures_in_a_graph():
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(8, 1000, generator=g, dtype=torch.float64).to(torch.bfloat16)
+    words = (1000 + 31) // 32
+    bits = torch.randint(-2**31, 2**31 - 1, (8, words), generator=g, dtype=torch.int64).to(torch.int32)
+    kw = dict(allowed_bitmask=bits, banned_ids=torch.tensor([1, 2, 3]),
+              logit_bias=(torch.randperm(1000, generator=g)[:40].view(8, 5), torch.randn(8, 5, generator=g)),
+              output_ids=torch.randint(-1, 1000, (8, 64), generator=g),
+              prompt_ids=torch.randint(-1, 1000, (8, 32), generator=g), repetition_penalty=1.3,
+              frequency_penalty=torch.rand(8, generator=g), presence_penalty=0.2, validate=False)
+    cpu = torch_wrs.process_logits(x, **kw)
+    to_cuda = {k: (v.cuda() if isinstance(v, torch.Tensor) else tuple(t.cuda() for t in v) if isinstance(v, tuple)
+                   else v) for k, v in kw.items()}
+    xc = x.cuda()
+    assert torch.equal(torch_wrs.process_logits(xc, **to_cuda).cpu(), cpu)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = torch_wrs.process_logits(xc, **to_cuda)
+        tokens = torch_wrs.sample_logits(captured, top_p=0.9)
+    xc.copy_(x.flip(-1).cuda())
+    graph.replay()
+    assert torch.equal(captured.cpu(), torch_wrs.process_logits(x.flip(-1), **kw))
+    assert torch.isfinite(captured.gather(1, tokens)).all()

@@ -147,6 +147,13 @@ def _csr_random_walk_fake(rowptr, col, table, weight, start, walk_length, p=1.0,
     return rowptr.new_empty((start.shape[0], walk_length + 1))
 
 
+@torch.library.register_fake("wrs::penalize_logits")
+def _penalize_logits_fake(logits, *, allowed_bitmask=None, masked_ids=None, bias_ids=None, bias_values=None,
+                          output_ids=None, prompt_ids=None, repetition_penalty=None, frequency_penalty=None,
+                          presence_penalty=None):
+    return logits.new_empty(logits.shape, dtype=torch.float32)
+
+
 @torch.library.register_fake("wrs::priority_update")
 def _priority_update_fake(leaves, nodes, marks, index, priority, capacity, alpha, eps, *, validate=True):
     return None

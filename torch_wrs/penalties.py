@@ -1,12 +1,13 @@
 """The pass engines run on logits before sampling: a structured-output token bitmask, banned
 tokens, ``min_tokens`` EOS masking, a sparse logit bias, and repetition, frequency and
-presence penalties, in vLLM's order (docs/llm.md states it beside Hugging Face's)."""
+presence penalties, in vLLM's order (docs/llm.md states it beside Hugging Face's). One
+kernel pass over the row and one over its id lists (torch.ops.wrs.penalize_logits,
+csrc/llm/penalties.h); histories given as dense counts take torch ops."""
 from typing import Optional, Tuple, Union
 
 import torch
 
 Number = Optional[Union[float, torch.Tensor]]
-_NEG_INF = float("-inf")
 
 
 def _column(value, rows, device, name):
@@ -116,21 +117,18 @@ def process_logits(
     if logits.dim() == 0 or not logits.is_floating_point():
         raise RuntimeError("process_logits: logits must be a floating-point tensor of at least one dimension")
     shape, vocab, device = logits.shape, logits.shape[-1], logits.device
-    x = logits.reshape(-1, vocab).float().clone()
-    rows = x.shape[0]
-    index_args = []
+    x2d = logits.reshape(-1, vocab)
+    rows = x2d.shape[0]
+    index_args = []  # (name, ids) to validate
     if allowed_bitmask is not None:
         words = (vocab + 31) // 32
         if allowed_bitmask.dtype != torch.int32 or tuple(allowed_bitmask.shape) != (rows, words):
             raise RuntimeError(f"process_logits: allowed_bitmask must be int32 [{rows}, {words}], "
                                f"got {allowed_bitmask.dtype} {tuple(allowed_bitmask.shape)}")
-        bits = (allowed_bitmask.to(device).unsqueeze(-1) >> torch.arange(32, device=device, dtype=torch.int32)) & 1
-        x.masked_fill_(bits.view(rows, words * 32)[:, :vocab] == 0, _NEG_INF)
-    masked = torch.zeros(rows, vocab + 1, dtype=torch.bool, device=device)
+    masked = []
     if banned_ids is not None:
-        ids = _ids(banned_ids, rows, "banned_ids", device)
-        index_args.append(("banned_ids", ids))
-        masked.scatter_(1, torch.where((ids >= 0) & (ids < vocab), ids, vocab), True)
+        masked.append(_ids(banned_ids, rows, "banned_ids", device))
+        index_args.append(("banned_ids", masked[-1]))
     if min_tokens is not None:
         if output_lengths is None or eos_ids is None:
             raise RuntimeError("process_logits: min_tokens needs output_lengths and eos_ids")
@@ -138,34 +136,34 @@ def process_logits(
         index_args.append(("eos_ids", eos))
         young = _column(output_lengths, rows, device, "output_lengths") < _column(min_tokens, rows, device,
                                                                                    "min_tokens")
-        slot = torch.where((eos >= 0) & (eos < vocab) & young, eos, vocab)
-        masked.scatter_(1, slot, True)
-    x.masked_fill_(masked[:, :vocab], _NEG_INF)
+        masked.append(torch.where(young, eos, -1))
+    bias_ids = bias_values = None
     if logit_bias is not None:
-        ids, values = logit_bias
-        ids = _ids(ids, rows, "logit_bias ids", device)
-        index_args.append(("logit_bias ids", ids))
-        values = values.to(device).float().expand(ids.shape)
-        slot = torch.where((ids >= 0) & (ids < vocab), ids, vocab)
-        bias = torch.zeros(rows, vocab + 1, device=device).scatter_add_(1, slot, values)
-        x += bias[:, :vocab]
-    out = _history(output_ids, output_counts, rows, vocab, device, "output", index_args)
-    prompt = _history(prompt_ids, prompt_counts, rows, vocab, device, "prompt", index_args)
-    if repetition_penalty is not None:
-        r = _column(repetition_penalty, rows, device, "repetition_penalty")
-        if not isinstance(repetition_penalty, torch.Tensor) and not float(repetition_penalty) > 0:
-            raise RuntimeError(f"process_logits: repetition_penalty must be > 0, got {repetition_penalty!r}")
-        seen = torch.zeros_like(x, dtype=torch.bool)
-        for counts in (out, prompt):
-            if counts is not None:
-                seen |= counts > 0
-        x = torch.where(seen, torch.where(x > 0, x / r, x * r), x)
-        x = x.masked_fill(~(r > 0), float("nan"))  # a per-row penalty out of range: an invalid row
-    if out is not None:
-        if frequency_penalty is not None:
-            x -= _column(frequency_penalty, rows, device, "frequency_penalty") * out
-        if presence_penalty is not None:
-            x -= _column(presence_penalty, rows, device, "presence_penalty") * (out > 0)
+        bias_ids = _ids(logit_bias[0], rows, "logit_bias ids", device)
+        index_args.append(("logit_bias ids", bias_ids))
+        bias_values = logit_bias[1].to(device).float().expand(bias_ids.shape)
+    if repetition_penalty is not None and not isinstance(repetition_penalty, torch.Tensor) \
+            and not float(repetition_penalty) > 0:
+        raise RuntimeError(f"process_logits: repetition_penalty must be > 0, got {repetition_penalty!r}")
+    penalties = {name: None if value is None else _column(value, rows, device, name).view(rows)
+                 for name, value in (("repetition_penalty", repetition_penalty),
+                                     ("frequency_penalty", frequency_penalty),
+                                     ("presence_penalty", presence_penalty))}
+    for name, ids, counts in (("output", output_ids, output_counts), ("prompt", prompt_ids, prompt_counts)):
+        if ids is not None and counts is not None:
+            raise RuntimeError(f"process_logits: give {name}_ids or {name}_counts, not both")
+        if ids is not None:
+            index_args.append((f"{name}_ids", _ids(ids, rows, f"{name}_ids", device)))
+    by_counts = output_counts is not None or prompt_counts is not None
+    history = {} if by_counts else dict(output_ids=dict(index_args).get("output_ids"),
+                                        prompt_ids=dict(index_args).get("prompt_ids"))
+    x = torch.ops.wrs.penalize_logits(
+        x2d, allowed_bitmask=allowed_bitmask, masked_ids=torch.cat(masked, 1) if masked else None,
+        bias_ids=bias_ids, bias_values=bias_values, **history,
+        **(dict(repetition_penalty=penalties["repetition_penalty"]) if by_counts else penalties))
+    if by_counts:  # dense histories: the penalties in torch ops
+        x = _dense_penalties(x, rows, vocab, device, output_ids, output_counts, prompt_ids, prompt_counts,
+                             penalties)
     if validate and index_args:
         lows_highs = torch.stack([torch.stack([t.min(), t.max()]) if t.numel() else
                                   torch.zeros(2, dtype=torch.int64, device=device) for _, t in index_args]).tolist()
@@ -175,10 +173,28 @@ def process_logits(
     return x.reshape(shape)
 
 
-def _history(ids, counts, rows, vocab, device, name, index_args):
+def _dense_penalties(x, rows, vocab, device, output_ids, output_counts, prompt_ids, prompt_counts, penalties):
+    """The penalties of penalties.h from [B, V] counts (ids turned into counts)."""
+    out = _history(output_ids, output_counts, rows, vocab, device, "output")
+    prompt = _history(prompt_ids, prompt_counts, rows, vocab, device, "prompt")
+    r, f, p = (penalties[n] for n in ("repetition_penalty", "frequency_penalty", "presence_penalty"))
+    if r is not None:
+        seen = torch.zeros_like(x, dtype=torch.bool)
+        for counts in (out, prompt):
+            if counts is not None:
+                seen |= counts > 0
+        r = r[:, None]
+        x = torch.where(seen, torch.where(x > 0, x / r, x * r), x)
+    if out is not None:
+        if f is not None:
+            x = x - f[:, None] * out
+        if p is not None:
+            x = x - p[:, None] * (out > 0)
+    return x
+
+
+def _history(ids, counts, rows, vocab, device, name):
     """A token history as float32 counts [rows, V], from padded ids or counts."""
-    if ids is not None and counts is not None:
-        raise RuntimeError(f"process_logits: give {name}_ids or {name}_counts, not both")
     if counts is not None:
         if tuple(counts.shape) != (rows, vocab) or counts.device != device:
             raise RuntimeError(f"process_logits: {name}_counts must be [{rows}, {vocab}] on {device}, "
@@ -186,6 +202,4 @@ def _history(ids, counts, rows, vocab, device, name, index_args):
         return counts.float()
     if ids is None:
         return None
-    ids = _ids(ids, rows, f"{name}_ids", device)
-    index_args.append((f"{name}_ids", ids))
-    return _counts(ids, rows, vocab)
+    return _counts(_ids(ids, rows, f"{name}_ids", device), rows, vocab)

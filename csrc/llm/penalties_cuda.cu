@@ -1,0 +1,152 @@
+// penalize_logits on CUDA (penalties.h states the rule): one grid-stride pass writes the
+// float32 row through the bitmask, then a block a row applies the masked ids, the bias and,
+// through a hash table of the row's history ids (in global memory, cleared by the block),
+// each distinct id's penalty once. Nothing is read back to the host.
+#include "common/cuda_utils.cuh"
+#include "llm/penalties.h"
+#include "llm/penalties_ops.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <torch/library.h>
+
+#include <limits>
+
+namespace wrs::llm {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+struct RowArgs {
+  const int32_t* bitmask;  // [B, words] or nullptr
+  const float* repetition; // [B] or nullptr
+  const float* frequency;
+  const float* presence;
+  const int64_t* masked;   // [B, n_masked] or nullptr
+  const int64_t* bias_ids;
+  const float* bias_values;
+  const int64_t* output;   // [B, n_output] or nullptr
+  const int64_t* prompt;
+  int64_t n_masked, n_bias, n_output, n_prompt;
+  int64_t v, words;
+  int32_t* table;          // [B, 2 * capacity]: keys, then counts
+  int64_t capacity;        // a power of two >= 2 (n_output + n_prompt)
+};
+
+template <typename scalar_t>
+__global__ void dense_kernel(const scalar_t* __restrict__ x, float* __restrict__ out, int64_t total, RowArgs a) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = i / a.v, t = i - b * a.v;
+    const float r = a.repetition ? a.repetition[b] : 1.0f;
+    float y = allowed(a.bitmask ? a.bitmask + b * a.words : nullptr, t) ? static_cast<float>(x[i])
+                                                                       : -std::numeric_limits<float>::infinity();
+    out[i] = r > 0.0f ? y : std::numeric_limits<float>::quiet_NaN();
+  }
+}
+
+__device__ inline uint32_t slot_of(int64_t id, int64_t capacity) {
+  return static_cast<uint32_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> 32) &
+         static_cast<uint32_t>(capacity - 1);
+}
+
+// Finds or claims id's slot; counts it where `count`.
+__device__ inline void insert(int32_t* keys, int32_t* counts, int64_t capacity, int32_t id, bool count) {
+  uint32_t h = slot_of(id, capacity);
+  while (true) {
+    const int32_t old = atomicCAS(keys + h, -1, id);
+    if (old == -1 || old == id) {
+      if (count) atomicAdd(counts + h, 1);
+      return;
+    }
+    h = (h + 1) & static_cast<uint32_t>(capacity - 1);
+  }
+}
+
+__global__ void sparse_kernel(float* __restrict__ out, RowArgs a) {
+  const int64_t b = blockIdx.x;
+  const float r = a.repetition ? a.repetition[b] : 1.0f;
+  if (!(r > 0.0f)) return;  // the row is NaN already
+  float* row = out + b * a.v;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t j = threadIdx.x; j < a.n_masked; j += blockDim.x) {
+    const int64_t t = a.masked[b * a.n_masked + j];
+    if (t >= 0 && t < a.v) row[t] = kNegInf;
+  }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < a.n_bias; j += blockDim.x) {
+    const int64_t t = a.bias_ids[b * a.n_bias + j];
+    if (t >= 0 && t < a.v) atomicAdd(row + t, a.bias_values[b * a.n_bias + j]);
+  }
+  if (a.n_output + a.n_prompt == 0) return;
+  int32_t* keys = a.table + b * 2 * a.capacity;
+  int32_t* counts = keys + a.capacity;
+  for (int64_t h = threadIdx.x; h < a.capacity; h += blockDim.x) {
+    keys[h] = -1;
+    counts[h] = 0;
+  }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < a.n_output + a.n_prompt; j += blockDim.x) {
+    const bool out_id = j < a.n_output;
+    const int64_t t = out_id ? a.output[b * a.n_output + j] : a.prompt[b * a.n_prompt + (j - a.n_output)];
+    if (t >= 0 && t < a.v) insert(keys, counts, a.capacity, static_cast<int32_t>(t), out_id);
+  }
+  __syncthreads();
+  const PenaltyRow p{r, a.frequency ? a.frequency[b] : 0.0f, a.presence ? a.presence[b] : 0.0f};
+  for (int64_t h = threadIdx.x; h < a.capacity; h += blockDim.x) {
+    const int32_t t = keys[h];
+    if (t >= 0) row[t] = penalized(row[t], counts[h], p);
+  }
+}
+
+template <typename T>
+const T* ptr(const at::Tensor& t) {
+  return t.defined() ? t.const_data_ptr<T>() : nullptr;
+}
+
+int64_t cols(const at::Tensor& t) { return t.defined() ? t.size(1) : 0; }
+
+at::Tensor penalize_logits_cuda(const at::Tensor& logits, const std::optional<at::Tensor>& allowed_bitmask,
+                                const std::optional<at::Tensor>& masked_ids, const std::optional<at::Tensor>& bias_ids,
+                                const std::optional<at::Tensor>& bias_values,
+                                const std::optional<at::Tensor>& output_ids,
+                                const std::optional<at::Tensor>& prompt_ids,
+                                const std::optional<at::Tensor>& repetition_penalty,
+                                const std::optional<at::Tensor>& frequency_penalty,
+                                const std::optional<at::Tensor>& presence_penalty) {
+  PenaltyCall c = prepare_penalties(logits, allowed_bitmask, masked_ids, bias_ids, bias_values, output_ids,
+                                    prompt_ids, repetition_penalty, frequency_penalty, presence_penalty);
+  at::Tensor out = at::empty({c.rows, c.v}, logits.options().dtype(at::kFloat));
+  if (out.numel() == 0) return out;
+  RowArgs a{ptr<int32_t>(c.bitmask), ptr<float>(c.repetition), ptr<float>(c.frequency), ptr<float>(c.presence),
+            ptr<int64_t>(c.masked), ptr<int64_t>(c.bias_ids), ptr<float>(c.bias_values), ptr<int64_t>(c.output),
+            ptr<int64_t>(c.prompt), cols(c.masked), cols(c.bias_ids), cols(c.output), cols(c.prompt), c.v,
+            (c.v + 31) / 32, nullptr, 0};
+  at::Tensor table;
+  if (a.n_output + a.n_prompt > 0) {
+    a.capacity = 2;
+    while (a.capacity < 2 * (a.n_output + a.n_prompt)) a.capacity *= 2;
+    table = at::empty({c.rows, 2 * a.capacity}, logits.options().dtype(at::kInt));
+    a.table = table.data_ptr<int32_t>();
+  }
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const int64_t total = out.numel();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.x.scalar_type(), "penalize_logits_cuda", [&] {
+    dense_kernel<scalar_t><<<grid_for(total, kThreads), kThreads, 0, stream>>>(c.x.const_data_ptr<scalar_t>(),
+                                                                               out.data_ptr<float>(), total, a);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (a.n_masked + a.n_bias + a.n_output + a.n_prompt > 0) {
+    sparse_kernel<<<static_cast<unsigned>(c.rows), kThreads, 0, stream>>>(out.data_ptr<float>(), a);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(wrs, CUDA, m) { m.impl("penalize_logits", &penalize_logits_cuda); }
+
+}  // namespace wrs::llm
