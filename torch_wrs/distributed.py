@@ -233,8 +233,10 @@ class ShardedAliasTable:
         count = max(len(p) for p, _ in pieces) * per_piece
         runs, bases, weights = [], [[0] * self.world_size for _ in range(count)], []
         for r, (sizes, totals) in enumerate(pieces):
-            shard = [(k, j * n // per_piece, (j + 1) * n // per_piece, w * ((j + 1) * n // per_piece - j * n // per_piece) / n)
-                     for k, (n, w) in enumerate(zip(sizes, totals)) for j in range(per_piece)]
+            shard = []
+            for k, (n, w) in enumerate(zip(sizes, totals)):
+                cuts = [j * n // per_piece for j in range(per_piece + 1)]
+                shard += [(k, cuts[j], cuts[j + 1], w * (cuts[j + 1] - cuts[j]) / n) for j in range(per_piece)]
             shard += [(-1, 0, 0, 0.0)] * (count - len(shard))
             for j, (k, _, _, w) in enumerate(shard):
                 bases[j][r] = self.offsets[r] + max(k, 0) * _MAX_PIECE
