@@ -224,3 +224,29 @@ def test_chain_speculative_sampling_emits_the_target_law(device):
     assert torch.equal(a, fs.chain_speculative_sampling(draft[:8], tokens[:8], target[:8], seed=3, offset=1)[0])
     with pytest.raises(ValueError, match="shapes do not match"):
         fs.chain_speculative_sampling(draft, tokens[:, :1], target)
+
+
+def test_indices_with_every_sampler_and_the_joint_order(device):
+    """Output i draws from row indices[i] and takes indices' dtype, on every path."""
+    probs = torch.zeros(2, 60, device=device)
+    probs[0, :20] = torch.rand(20, device=device) + 0.1
+    probs[1, 40:] = torch.rand(20, device=device) + 0.1
+    indices = torch.tensor([1, 0, 0, 1, 1, 0], dtype=torch.int32, device=device)
+    logits = torch.log(probs)
+    calls = [
+        lambda: fs.sampling_from_logits(logits, indices),
+        lambda: fs.top_p_sampling_from_probs(probs, 0.8, indices),
+        lambda: fs.top_k_sampling_from_probs(probs, torch.tensor([3, 5, 7, 9, 11, 13], device=device), indices),
+        lambda: fs.min_p_sampling_from_probs(probs, 0.2, indices),
+        lambda: fs.top_k_top_p_sampling_from_probs(probs, 5, 0.9, indices, filter_apply_order="joint"),
+        lambda: fs.top_k_top_p_sampling_from_logits(logits, 5, 0.9, indices, filter_apply_order="joint"),
+        lambda: fs.top_k_top_p_sampling_from_logits(logits, 5, 0.9, indices),
+    ]
+    for call in calls:
+        out = call()
+        assert out.dtype == torch.int32 and out.shape == (6,)
+        row = indices.long()
+        assert ((out < 20) == (row == 0)).all() and ((out >= 40) == (row == 1)).all()
+    out, valid = fs.top_k_top_p_sampling_from_probs(probs, 5, 0.9, indices.long(), filter_apply_order="joint",
+                                                    return_valid=True)
+    assert out.dtype == torch.int64 and valid.all()
