@@ -1,6 +1,6 @@
-// A small torch binding of FlashInfer's header-only sampling kernels, for the `llm`
-// benchmark only (torch_wrs/benchmark_llm.py builds it with torch.utils.cpp_extension.load
-// against FlashInfer's headers, which are not part of this repository).
+// A small torch binding of FlashInfer's header-only sampling kernels, for the `llm` benchmark
+// and tests/test_flashinfer_against_flashinfer.py only (torch_wrs/benchmark_llm.py builds it
+// with torch.utils.cpp_extension.load against FlashInfer's headers, not part of this repository).
 #include <flashinfer/sampling.cuh>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -71,6 +71,13 @@ at::Tensor top_k_top_p(at::Tensor p, int64_t k, double top_p, std::optional<at::
   return o.tokens;
 }
 
+at::Tensor top_p_renorm(at::Tensor p, double top_p) {
+  at::Tensor out = at::empty_like(p);
+  check(fs::TopPRenormProb<float>(p.data_ptr<float>(), out.data_ptr<float>(), nullptr, p.size(0),
+                                  static_cast<float>(top_p), p.size(1), stream()));
+  return out;
+}
+
 std::vector<at::Tensor> chain_speculative(at::Tensor draft, at::Tensor draft_ids, at::Tensor target, int64_t seed,
                                           int64_t offset) {
   const int64_t b = draft.size(0), s = draft.size(1), v = draft.size(2);
@@ -93,5 +100,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("top_p", &top_p);
   m.def("min_p", &min_p);
   m.def("top_k_top_p", &top_k_top_p);
+  m.def("top_p_renorm", &top_p_renorm);
   m.def("chain_speculative", &chain_speculative);
 }

@@ -127,6 +127,11 @@ TORCH_LIBRARY(wrs, m) {
   m.def("penalize_logits(Tensor logits, *, Tensor? allowed_bitmask=None, Tensor? masked_ids=None, "
         "Tensor? bias_ids=None, Tensor? bias_values=None, Tensor? output_ids=None, Tensor? prompt_ids=None, "
         "Tensor? repetition_penalty=None, Tensor? frequency_penalty=None, Tensor? presence_penalty=None) -> Tensor");
+  // What sample_logits(..., top_logprobs=n) adds (csrc/llm/top_logprobs.h): for law [B, V]
+  // (times scale [B] where given) and drawn tokens int64 [B, S], the tokens' log-probs
+  // float32 [B, S], the n most likely tokens int64 [B, n] and their log-probs, most likely
+  // first, and the tokens' ranks int64 [B, S].
+  m.def("top_logprobs(Tensor law, Tensor tokens, int n, *, Tensor? scale=None) -> (Tensor, Tensor, Tensor, Tensor)");
   // Which CUDA kernel (and cluster of CTAs a row) sample_llm takes for a call of this shape
   // and these controls, by the method table (csrc/llm/route.h): for tests and the docs.
   // per_row names the controls given as per-row tensors ("top_k,top_p"); sms is the GPU's

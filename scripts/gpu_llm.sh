@@ -8,12 +8,15 @@
 source "$(dirname "$0")/gpu_build.sh"
 SKIP_TESTS=${SKIP_TESTS:-0}
 [ "${SKIP_TESTS:-0}" = 1 ] || timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/test_speculative.py tests/test_sample_logits.py -k "cuda or gpu" 2>&1 | tee "$LOG/llm_tests.log" | tail -15
-# The extras (typical-p, top-n-sigma, top-n log-probs, process_logits, the FlashInfer API): every test, both devices.
-[ "${SKIP_TESTS:-0}" = 1 ] || timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_llm_extras.py \
-  tests/test_penalties.py tests/test_flashinfer_dropin.py 2>&1 | tee "$LOG/llm_extras_tests.log" | tail -6
-[ "${SKIP_TESTS:-0}" = 1 ] || { PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 150 compute-sanitizer --tool memcheck \
-  --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider tests/test_penalties.py -k "cuda and not graph" \
-  > "$LOG/penalties_sanitizer.log" 2>&1; echo "penalize_logits sanitizer rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' \
+# The extras (typical-p, top-n-sigma, top-n log-probs, process_logits, the FlashInfer API): every test, both
+# devices; the drop-in against FlashInfer's own kernels where .flashinfer is carried.
+[ "${SKIP_TESTS:-0}" = 1 ] || timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_llm_extras.py \
+  tests/test_penalties.py tests/test_top_logprobs.py tests/test_flashinfer_dropin.py \
+  tests/test_flashinfer_against_flashinfer.py 2>&1 | tee "$LOG/llm_extras_tests.log" | tail -6
+[ "${SKIP_TESTS:-0}" = 1 ] || { PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 200 compute-sanitizer --tool memcheck \
+  --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider tests/test_penalties.py tests/test_top_logprobs.py \
+  -k "cuda and not graph" \
+  > "$LOG/penalties_sanitizer.log" 2>&1; echo "penalize_logits + top_logprobs sanitizer rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' \
   "$LOG/penalties_sanitizer.log" | tail -2 | tr '\n' ' ')"; }
 [ "${SKIP_SANITIZER:-$SKIP_TESTS}" = 1 ] || PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
   python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/test_speculative.py \

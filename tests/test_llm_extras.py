@@ -97,14 +97,14 @@ def test_top_logprobs_and_ranks(device):
         assert out.tokens.shape == out.ranks.shape == out.logprobs.shape == (2, 3, 4)
         assert out.top_tokens.shape == out.top_logprobs.shape == (2, 3, 7)
         if mode == "processed":
-            lp = torch.log_softmax(torch_wrs.filter_logits(x, temperature=0.8, top_k=100, top_p=0.9).float(), -1)
+            y = torch_wrs.filter_logits(x, temperature=0.8, top_k=100, top_p=0.9).float()
         else:
-            lp = torch.log_softmax(x.float() * torch.reciprocal(torch.tensor(0.8)).to(device), -1)
-        ref = lp.topk(7, -1)
-        torch.testing.assert_close(out.top_logprobs, ref.values)
-        assert torch.equal(lp.gather(-1, out.top_tokens), out.top_logprobs)
-        torch.testing.assert_close(out.logprobs, lp.gather(-1, out.tokens))
-        ranks = (lp.unsqueeze(-2) > out.logprobs.unsqueeze(-1)).sum(-1) + 1
+            y = x.float() * torch.reciprocal(torch.tensor(0.8)).to(device)
+        lp = torch.log_softmax(y.double(), -1)  # the exact law, rounded once to float32 below
+        torch.testing.assert_close(out.top_logprobs, lp.topk(7, -1).values.float())
+        assert torch.equal(y.gather(-1, out.top_tokens), y.topk(7, -1).values)
+        torch.testing.assert_close(out.logprobs, lp.gather(-1, out.tokens).float())
+        ranks = (y.unsqueeze(-2) > y.gather(-1, out.tokens).unsqueeze(-1)).sum(-1) + 1
         assert torch.equal(out.ranks, ranks) and (out.ranks >= 1).all()
         same = torch_wrs.sample_logits(x, 4, temperature=0.8, top_k=100, top_p=0.9,
                                        generator=torch.Generator(device).manual_seed(2))

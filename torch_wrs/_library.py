@@ -154,6 +154,13 @@ def _penalize_logits_fake(logits, *, allowed_bitmask=None, masked_ids=None, bias
     return logits.new_empty(logits.shape, dtype=torch.float32)
 
 
+@torch.library.register_fake("wrs::top_logprobs")
+def _top_logprobs_fake(law, tokens, n, *, scale=None):
+    b, s = tokens.shape
+    return (law.new_empty((b, s), dtype=torch.float32), law.new_empty((b, n), dtype=torch.int64),
+            law.new_empty((b, n), dtype=torch.float32), law.new_empty((b, s), dtype=torch.int64))
+
+
 @torch.library.register_fake("wrs::priority_update")
 def _priority_update_fake(leaves, nodes, marks, index, priority, capacity, alpha, eps, *, validate=True):
     return None

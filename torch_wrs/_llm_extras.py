@@ -9,6 +9,7 @@ from typing import NamedTuple, Optional
 import torch
 
 _filter_logits = torch.ops.wrs.filter_logits.default
+_top_logprobs = torch.ops.wrs.top_logprobs.default
 _NEG_INF = float("-inf")
 
 
@@ -130,20 +131,27 @@ def _either(a, b):
     return b if a is None else a | b
 
 
-def with_top_logprobs(tokens, law, n):
-    """SampleOutput for drawn ``tokens`` under the log-law of logits ``law`` ([..., V])."""
-    lp = torch.log_softmax(law.float(), -1)
-    drawn = lp.gather(-1, tokens)
-    top = lp.topk(n, -1) if n else (lp[..., :0], tokens[..., :0])
-    ranks = torch.stack([(lp > drawn[..., s:s + 1]).sum(-1) for s in range(tokens.shape[-1])], -1) + 1
-    return SampleOutput(tokens, drawn, top[1], top[0], ranks)
+def with_top_logprobs(tokens, law, n, scale=None):
+    """SampleOutput for drawn ``tokens`` under the log-law of logits ``law`` ([..., V]) times
+    ``scale`` (float32 per row, or None): one read of the row (torch.ops.wrs.top_logprobs)."""
+    v = law.shape[-1]
+    lead, samples = tokens.shape[:-1], tokens.shape[-1]
+    lp, top_tokens, top_lp, ranks = _top_logprobs(law.reshape(-1, v), tokens.reshape(-1, samples), n, scale=scale)
+    return SampleOutput(tokens, lp.reshape(*lead, samples), top_tokens.reshape(*lead, n),
+                        top_lp.reshape(*lead, n), ranks.reshape(*lead, samples))
 
 
-def raw_law(x, kw):
-    """log_softmax's argument for raw log-probs: x / T, x on greedy rows."""
-    shape = x.shape
-    y, _ = scaled(x.reshape(-1, shape[-1]), kw)
-    return y.reshape(shape)
+def raw_scale(x, kw):
+    """The per-row factor of raw log-probs' law, float32 [rows]: 1 / T as llm.h computes it,
+    1 on greedy rows (the law is then x itself)."""
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    t = kw["temperature"]
+    if t is None:
+        value = kw["temperature_value"]
+        inv = 1.0 if value in (0.0, 1.0) else torch.reciprocal(torch.tensor(value, dtype=torch.float32))
+        return torch.full((rows,), float(inv), dtype=torch.float32, device=x.device)
+    t = t.reshape(-1).float()
+    return torch.where(t == 0, 1.0, torch.reciprocal(t))
 
 
 def typical_none(value) -> Optional[float]:

@@ -109,12 +109,10 @@ def _sample_extra(x, num_samples, controls, typical_p, top_n_sigma, top_logprobs
     if return_logprobs is None and not top_logprobs:
         return tokens
     if return_logprobs == "processed":
-        of = law if law is not None else _filter_logits(x, **kw)
+        out = extras.with_top_logprobs(tokens, law if law is not None else _filter_logits(x, **kw), top_logprobs)
     else:
-        of = extras.raw_law(x, kw)
-    if not top_logprobs:
-        return tokens, torch.log_softmax(of.float(), -1).gather(-1, tokens)
-    return extras.with_top_logprobs(tokens, of, top_logprobs)
+        out = extras.with_top_logprobs(tokens, x, top_logprobs, extras.raw_scale(x, kw))
+    return out if top_logprobs else (tokens, out.logprobs)
 
 
 def sample_logits(
