@@ -105,7 +105,7 @@ __device__ inline uint64_t nth_largest(uint64_t key, int64_t n) {
 }
 
 template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads) chunk_kernel(const scalar_t* __restrict__ x, Args a) {
+__global__ void __launch_bounds__(kThreads, 2) chunk_kernel(const scalar_t* __restrict__ x, Args a) {
   __shared__ Shared sh;
   const int64_t b = blockIdx.x / a.chunks, part = blockIdx.x % a.chunks, v = a.v;
   const int64_t lo = min(v, part * a.chunk_len), hi = min(v, lo + a.chunk_len);
@@ -117,48 +117,58 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(const scalar_t* __restr
   const int chunk = rank_chunk(a.samples, 0);
   load_tokens(sh, tok, 0, chunk, xr, v, s);
 
-  // The pass: online log-sum-exp, counts of larger items, the kKeep largest keys.
+  // The pass: online log-sum-exp (float sums of four items into a float64 total), counts of
+  // larger items, the kKeep largest keys (indices < 2^31).
   float m = -INFINITY;
   double sum = 0.0;
   int bad = 0;
-  int64_t above[kRankChunk] = {0, 0, 0, 0};
+  int above[kRankChunk] = {0, 0, 0, 0};
+  float ytok[kRankChunk];
+#pragma unroll
+  for (int j = 0; j < kRankChunk; ++j) ytok[j] = j < chunk ? sh.ytok[j] : NAN;  // NaN: never exceeded
   float keep_y[kKeep];
-  int64_t keep_i[kKeep];
+  int keep_i[kKeep];
 #pragma unroll
   for (int k = 0; k < kKeep; ++k) keep_y[k] = -INFINITY, keep_i[k] = -1;
   for (int64_t i0 = lo + tid; i0 < hi; i0 += 4 * kThreads) {
     float y[4];
+    float top = m;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int64_t i = i0 + u * kThreads;
-      y[u] = i < hi ? value_at(xr, i, s) : NAN;
+      y[u] = i < hi ? value_at(xr, i, s) : -INFINITY;
+      bad |= isnan(y[u]) || y[u] == INFINITY;
+      top = fmaxf(top, y[u]);
     }
+    if (top > m) {  // a new maximum: the total rescaled once
+      sum = m > -INFINITY ? sum * static_cast<double>(expf(m - top)) : 0.0;
+      m = top;
+    }
+    float group = 0.0f;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const int64_t i = i0 + u * kThreads;
-      if (i >= hi) break;
-      const float yu = y[u];
-      bad |= isnan(yu) || yu == INFINITY;
-      if (yu > m) {
-        sum = sum * static_cast<double>(expf(m - yu)) + 1.0;
-        m = yu;
-      } else if (yu > -INFINITY) {
-        sum += static_cast<double>(expf(yu - m));
-      }
+      group += m > -INFINITY ? expf(y[u] - m) : 0.0f;
 #pragma unroll
-      for (int j = 0; j < kRankChunk; ++j) above[j] += j < chunk && yu > sh.ytok[j];
-      if (a.n > 0 && (keep_i[kKeep - 1] < 0 || yu > keep_y[kKeep - 1])) {  // strictly: a later tie has the lower key
-        float cy = yu;
-        int64_t ci = i;
-        bool moved = false;
+      for (int j = 0; j < kRankChunk; ++j) above[j] += y[u] > ytok[j];
+    }
+    sum += static_cast<double>(group);
+    if (a.n > 0) {
 #pragma unroll
-        for (int k = 0; k < kKeep; ++k) {
-          moved = moved || keep_i[k] < 0 || cy > keep_y[k];
-          if (moved) {
-            const float ty = keep_y[k];
-            const int64_t ti = keep_i[k];
-            keep_y[k] = cy, keep_i[k] = ci;
-            cy = ty, ci = ti;
+      for (int u = 0; u < 4; ++u) {
+        const int64_t i = i0 + u * kThreads;
+        if (i < hi && (keep_i[kKeep - 1] < 0 || y[u] > keep_y[kKeep - 1])) {  // strictly: a later tie has the lower key
+          float cy = y[u];
+          int ci = static_cast<int>(i);
+          bool moved = false;
+#pragma unroll
+          for (int k = 0; k < kKeep; ++k) {
+            moved = moved || keep_i[k] < 0 || cy > keep_y[k];
+            if (moved) {
+              const float ty = keep_y[k];
+              const int ti = keep_i[k];
+              keep_y[k] = cy, keep_i[k] = ci;
+              cy = ty, ci = ti;
+            }
           }
         }
       }
@@ -179,16 +189,16 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(const scalar_t* __restr
     if (j0 > 0) {
       load_tokens(sh, tok, j0, k, xr, v, s);
 #pragma unroll
-      for (int j = 0; j < kRankChunk; ++j) above[j] = 0;
+      for (int j = 0; j < kRankChunk; ++j) above[j] = 0, ytok[j] = j < k ? sh.ytok[j] : NAN;
       for (int64_t i = lo + tid; i < hi; i += kThreads) {
         const float yi = value_at(xr, i, s);
 #pragma unroll
-        for (int j = 0; j < kRankChunk; ++j) above[j] += j < k && yi > sh.ytok[j];
+        for (int j = 0; j < kRankChunk; ++j) above[j] += yi > ytok[j];
       }
     }
 #pragma unroll
     for (int j = 0; j < kRankChunk; ++j) {
-      const int64_t count = cub::BlockReduce<int64_t, kThreads>(sh.reduce.count).Sum(above[j]);
+      const int64_t count = cub::BlockReduce<int64_t, kThreads>(sh.reduce.count).Sum(static_cast<int64_t>(above[j]));
       if (tid == 0 && j < k) a.parts.above[bp * a.samples + j0 + j] = count;
       __syncthreads();
     }
@@ -290,7 +300,9 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const scalar_t* __
     for (int64_t r = tid; r < a.n; r += kMergeThreads) a.top_tokens[b * a.n + r] = r, a.top_lp[b * a.n + r] = NAN;
     return;
   }
-  const uint64_t* lists = a.parts.top + b * P * a.n;
+  __shared__ uint64_t lists[kMaxChunks * kFusedMaxN];  // the binary searches stay out of global memory
+  for (int64_t e = tid; e < P * a.n; e += kMergeThreads) lists[e] = a.parts.top[b * P * a.n + e];
+  __syncthreads();
   for (int64_t e = tid; e < P * a.n; e += kMergeThreads) {  // each chunk key's place among all chunks' keys
     const uint64_t key = lists[e];
     const int64_t own = e / a.n;
