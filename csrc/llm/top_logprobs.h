@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <tuple>
 
 namespace wrs::llm {
 
@@ -53,5 +54,14 @@ struct TopLogprobsCall {
 
 TopLogprobsCall prepare_top_logprobs(const at::Tensor& law, const at::Tensor& tokens, int64_t n,
                                      const std::optional<at::Tensor>& scale);
+
+// The op's outputs, uninitialised: log-probs float32 [B, S], top tokens int64 [B, n], their
+// log-probs float32 [B, n], ranks int64 [B, S].
+struct TopLogprobsOut {
+  at::Tensor lp, top_tokens, top_lp, ranks;
+  std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> tuple() const { return {lp, top_tokens, top_lp, ranks}; }
+};
+
+TopLogprobsOut empty_top_logprobs(const TopLogprobsCall& c);
 
 }  // namespace wrs::llm

@@ -44,6 +44,12 @@ TopLogprobsCall prepare_top_logprobs(const at::Tensor& law, const at::Tensor& to
   return c;
 }
 
+TopLogprobsOut empty_top_logprobs(const TopLogprobsCall& c) {
+  const auto f32 = c.x.options().dtype(at::kFloat), i64 = c.x.options().dtype(at::kLong);
+  return {at::empty({c.rows, c.samples}, f32), at::empty({c.rows, c.n}, i64), at::empty({c.rows, c.n}, f32),
+          at::empty({c.rows, c.samples}, i64)};
+}
+
 namespace {
 
 template <typename scalar_t>
@@ -90,21 +96,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cpu(cons
                                                                              const at::Tensor& tokens, int64_t n,
                                                                              const std::optional<at::Tensor>& scale) {
   const TopLogprobsCall c = prepare_top_logprobs(law, tokens, n, scale);
-  const auto f32 = law.options().dtype(at::kFloat), i64 = law.options().dtype(at::kLong);
-  at::Tensor lp = at::empty({c.rows, c.samples}, f32), ranks = at::empty({c.rows, c.samples}, i64);
-  at::Tensor top_tokens = at::empty({c.rows, c.n}, i64), top_lp = at::empty({c.rows, c.n}, f32);
-  if (c.rows == 0) return {lp, top_tokens, top_lp, ranks};
+  const TopLogprobsOut o = empty_top_logprobs(c);
+  if (c.rows == 0) return o.tuple();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.x.scalar_type(), "top_logprobs_cpu", [&] {
     wrs::parallel_for(0, c.rows, 1, [&](int64_t lo, int64_t hi) {
       std::vector<float> y(c.v);
       std::vector<uint64_t> keys(c.n > 0 ? c.v : 0);
       for (int64_t b = lo; b < hi; ++b) {
-        row_cpu<scalar_t>(c, b, y, keys, lp.data_ptr<float>() + b * c.samples, top_tokens.data_ptr<int64_t>() + b * c.n,
-                          top_lp.data_ptr<float>() + b * c.n, ranks.data_ptr<int64_t>() + b * c.samples);
+        row_cpu<scalar_t>(c, b, y, keys, o.lp.data_ptr<float>() + b * c.samples,
+                          o.top_tokens.data_ptr<int64_t>() + b * c.n, o.top_lp.data_ptr<float>() + b * c.n,
+                          o.ranks.data_ptr<int64_t>() + b * c.samples);
       }
     });
   });
-  return {lp, top_tokens, top_lp, ranks};
+  return o.tuple();
 }
 
 }  // namespace

@@ -346,10 +346,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cuda(con
                                                                               const at::Tensor& tokens, int64_t n,
                                                                               const std::optional<at::Tensor>& scale) {
   const TopLogprobsCall c = prepare_top_logprobs(law, tokens, n, scale);
-  const auto f32 = law.options().dtype(at::kFloat), i64 = law.options().dtype(at::kLong);
-  at::Tensor lp = at::empty({c.rows, c.samples}, f32), ranks = at::empty({c.rows, c.samples}, i64);
-  at::Tensor top_tokens = at::empty({c.rows, c.n}, i64), top_lp = at::empty({c.rows, c.n}, f32);
-  if (c.rows == 0) return {lp, top_tokens, top_lp, ranks};
+  const TopLogprobsOut o = empty_top_logprobs(c);
+  if (c.rows == 0) return o.tuple();
   const bool by_topk = c.n > kFusedMaxN;
   const int64_t top_n = by_topk ? 0 : c.n;
   // Chunks a row: enough CTAs for two waves of the GPU, each of at least kMinChunk items.
@@ -362,8 +360,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cuda(con
   auto [pmax, psum, pbad, pabove, ptop, lse_ptr] = scratch_arrays<float, double, int, int64_t, uint64_t, double>(
       keep, law.options(), {parts, parts, parts, parts * c.samples, parts * top_n, by_topk ? c.rows : 0});
   Args a{c.v, c.samples, c.n, chunks, chunk_len, c.scale.defined() ? c.scale.const_data_ptr<float>() : nullptr,
-         c.tokens.const_data_ptr<int64_t>(), Parts{pmax, psum, pbad, pabove, ptop}, lp.data_ptr<float>(),
-         ranks.data_ptr<int64_t>(), top_tokens.data_ptr<int64_t>(), top_lp.data_ptr<float>(),
+         c.tokens.const_data_ptr<int64_t>(), Parts{pmax, psum, pbad, pabove, ptop}, o.lp.data_ptr<float>(),
+         o.ranks.data_ptr<int64_t>(), o.top_tokens.data_ptr<int64_t>(), o.top_lp.data_ptr<float>(),
          by_topk ? lse_ptr : nullptr};
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.x.scalar_type(), "top_logprobs_cuda", [&] {
@@ -373,7 +371,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cuda(con
     merge_kernel<scalar_t><<<static_cast<unsigned>(c.rows), kMergeThreads, 0, stream>>>(x, a);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (by_topk) {
-      at::Tensor keys = at::empty({c.rows, c.v}, i64);
+      at::Tensor keys = at::empty({c.rows, c.v}, c.x.options().dtype(at::kLong));
       const int64_t total = keys.numel();
       keys_kernel<scalar_t><<<grid_for(total, 256), 256, 0, stream>>>(c.x.const_data_ptr<scalar_t>(), a.scale, c.v,
                                                                        total, keys.data_ptr<int64_t>());
@@ -381,12 +379,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cuda(con
       const at::Tensor top = std::get<0>(at::topk(keys, c.n, 1, true, true)).contiguous();
       const int64_t out = c.rows * c.n;
       decode_kernel<<<grid_for(out, 256), 256, 0, stream>>>(top.const_data_ptr<int64_t>(), a.lse,
-                                                            c.n, out, top_tokens.data_ptr<int64_t>(),
-                                                            top_lp.data_ptr<float>());
+                                                            c.n, out, o.top_tokens.data_ptr<int64_t>(),
+                                                            o.top_lp.data_ptr<float>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   });
-  return {lp, top_tokens, top_lp, ranks};
+  return o.tuple();
 }
 
 }  // namespace
