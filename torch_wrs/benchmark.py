@@ -15,7 +15,7 @@
                                                  # multinomial vs torch on the CPU while busy
                                                  # loops hold every core
     python -m torch_wrs.benchmark llm-extras [--out FILE]   # process_logits, top-n log-probs, typical-p, masks
-    python -m torch_wrs.benchmark llm [--quick] [--dtypes float32,bfloat16] [--out FILE]
+    python -m torch_wrs.benchmark llm [--quick] [--cuda-graphs] [--dtypes float32,bfloat16] [--out FILE]
                                                  # LLM sampling vs FlashInfer and a torch sort path
                                                  # (torch_wrs/benchmark_llm.py); --merge A.md B.md
                                                  # --out FILE joins the reports of --dtypes calls
@@ -821,6 +821,9 @@ def main():
     parser.add_argument("--one-gpu-ranks", type=int, nargs="+", default=[], metavar="P",
                         help="`distributed`: without torchrun, rank 0's work of P ranks on one GPU, no network")
     parser.add_argument("--quick", action="store_true", help="`llm`: a few rows and vocabularies only")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="`llm`: time each call in a CUDA graph (the default generator) on rows of mixed "
+                             "sharpness (even rows peaked, odd rows heavy-tailed); the grid only")
     parser.add_argument("--dtypes", default="float32,bfloat16",
                         help="`llm`: the grid's input dtypes (the float32 part also times from-logits, small calls "
                              "and speculative acceptance), so that a GPU call can take part of the grid")

@@ -161,10 +161,16 @@ def _fi_call(fi, name, probs, kw):
     return lambda: fi.top_k_top_p(probs, 0, 1.0, k, p, 1, 0)
 
 
-def _llm_logits(b, v, dtype, gen):
-    """LLM-like logits: a heavy tail (std 2) plus a few strong candidates."""
+def _llm_logits(b, v, dtype, gen, mixed=False):
+    """LLM-like logits: a heavy tail (std 2) plus 200 strong candidates; with `mixed`, even
+    rows are peaked instead (8 candidates 14-17 above unit noise: a top-p 0.9 set of a few
+    tokens)."""
     x = torch.randn(b, v, device="cuda", generator=gen) * 2
     x[:, :200] += torch.rand(b, 200, device="cuda", generator=gen) * 8
+    if mixed:
+        peaked = torch.randn(b, v, device="cuda", generator=gen)
+        peaked[:, :8] += 14 + torch.rand(b, 8, device="cuda", generator=gen) * 3
+        x = torch.where((torch.arange(b, device="cuda") % 2 == 0)[:, None], peaked, x)
     return x[:, torch.randperm(v, device="cuda", generator=gen)].to(dtype)
 
 
@@ -175,8 +181,13 @@ def run(args):
     gen = torch.Generator("cuda").manual_seed(0)
     rows = ROWS if not args.quick else [1, 32, 256]
     vocabs = VOCABS if not args.quick else [32_000, 128_256]
+    graphs = getattr(args, "cuda_graphs", False)
+    clock = graphed if graphs else timed
+    draw_gen = None if graphs else gen  # capture takes the default generator
+    how = ("calls captured in CUDA graphs, medians; rows of mixed sharpness" if graphs
+           else "CUDA events over back-to-back calls, medians")
     lines = [f"LLM sampling on {dev}, torch {torch.__version__}, CUDA {torch.version.cuda}; ms per call "
-             "(CUDA events over back-to-back calls, medians); floor: one read of the input at the measured "
+             f"({how}); floor: one read of the input at the measured "
              f"copy bandwidth ({bw / 1e12:.2f} TB/s). FlashInfer reads float32 probabilities.", "",
              "| control | dtype | rows x vocab | ours | ours + log-probs | FlashInfer | torch (sort) | floor | "
              "x FlashInfer | x torch |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -188,25 +199,27 @@ def run(args):
     for dtype in dtypes:
         for v in vocabs:
             for b in rows:
-                logits = _llm_logits(b, v, dtype, gen)
+                logits = _llm_logits(b, v, dtype, gen, mixed=graphs)
                 probs = torch.softmax(logits.float(), -1).to(dtype)
                 probs32 = probs.float()
                 floor = b * v * probs.element_size() / bw * 1e3
                 for name in CONTROLS:
                     kw = _controls(name, b, "cuda")
-                    ours = timed(lambda: torch_wrs.sample_probs(probs, generator=gen, **kw))
-                    ours_lp = timed(lambda: torch_wrs.sample_probs(probs, generator=gen, return_logprobs="raw", **kw))
+                    ours = clock(lambda: torch_wrs.sample_probs(probs, generator=draw_gen, **kw))
+                    ours_lp = clock(lambda: torch_wrs.sample_probs(probs, generator=draw_gen, return_logprobs="raw",
+                                                                   **kw))
                     f = _fi_call(fi, name, probs32, kw)
-                    fi_ms = timed(f) if f is not None and dtype == torch.float32 else None
+                    fi_ms = _maybe(clock, f) if f is not None and dtype == torch.float32 else None
                     tn_kw = {"k": kw.get("top_k"), "p": kw.get("top_p"), "min_p": kw.get("min_p")}
-                    tn = timed(lambda: torch_native(probs32, **tn_kw), calls=2, reps=5) if b * v <= 2**28 else None
+                    tn = _maybe(clock, lambda: torch_native(probs32, **tn_kw), calls=2, reps=5) \
+                        if b * v <= 2**28 else None
                     results.append(dict(control=name, dtype=str(dtype).replace("torch.", ""), b=b, v=v, ours=ours,
                                         ours_lp=ours_lp, fi=fi_ms, torch=tn, floor=floor))
                     r = results[-1]
                     lines.append(f"| {name} | {r['dtype']} | {b:,} x {v:,} | {ours:.4f} | {ours_lp:.4f} | "
                                  f"{_fmt(fi_ms)} | {_fmt(tn)} | {floor:.4f} | {_ratio(fi_ms, ours)} | {_ratio(tn, ours)} |")
                     print(lines[-1], flush=True)
-    if torch.float32 in dtypes:
+    if torch.float32 in dtypes and not graphs:
         lines += ["", *_logits_table(fi, gen, rows, vocabs), "", *_latency_table(fi, gen), "", *_speculative_table(fi, gen)]
     lines += ["", *_summary(results)]
     text = "\n".join(lines)
@@ -303,6 +316,16 @@ def merge(paths, out):
     with open(out, "w") as fh:
         fh.write(text + "\n")
     print("\n".join(_summary(results)))
+
+
+def _maybe(clock, fn, **kw):
+    """clock(fn), or None where fn cannot be captured in a CUDA graph (its cell is left empty)."""
+    try:
+        return clock(fn, **kw)
+    except RuntimeError as e:
+        print(f"left out (not capturable): {e}".splitlines()[0], flush=True)
+        torch.cuda.synchronize()
+        return None
 
 
 def _fmt(x):
