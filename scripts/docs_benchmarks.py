@@ -4,7 +4,7 @@
 
 Recorded runs: the sweeps' full reports (docs/multinomial_sweep_{h100,h200,cpu}.md,
 docs/multinomial_contended_cpu.md, written by `python -m torch_wrs.benchmark ... --out`),
-the LLM benchmarks (docs/llm_bench_h200.md, docs/llm_extras_h200.md), the graph benchmark (docs/graph_bench_h200.md),
+the LLM benchmarks (docs/llm_bench_h200.md, docs/llm_bench_graphs_h200.md, docs/llm_extras_h200.md), the graph benchmark (docs/graph_bench_h200.md),
 the replay benchmark (docs/replay_bench_h200.md) and the other tables (docs/runs/*.md), each
 headed by its device, versions and date. Replace a run's file with a newer run's output,
 then run this script; the page holds current numbers only.
@@ -198,6 +198,14 @@ def main():
             "`python -m torch_wrs.benchmark llm-extras`: each against sampling alone (for typical-p "
             "and top-n-sigma, against top-p alone).", "", text.split("\n", 1)[1].strip(), "",
             "Where the time goes: [llm.md](llm.md#speed).", ""]
+    text = titled("llm_bench_graphs_h200.md", "LLM sampling in CUDA graphs, NVIDIA H200")
+    summary = text.split("Per control:", 1)[1].split("\n")
+    out += ["### In CUDA graphs, on rows of mixed sharpness", "",
+            [line for line in text.split("\n") if line.startswith("LLM sampling on")][0], "",
+            "`python -m torch_wrs.benchmark llm --cuda-graphs --dtypes float32`: FlashInfer / ours per "
+            "control (median, minimum, the cells where we are slower), float32 probabilities, 32 cells each.",
+            "", *[line for line in summary if line.startswith("- ")], "",
+            "Every cell: [llm_bench_graphs_h200.md](llm_bench_graphs_h200.md).", ""]
 
     text = read("graph_bench_h200.md").split("\n", 1)[1].strip().replace("\n## ", "\n### ")  # under our title
     out += ["## Graph sampling", "", text, "",

@@ -2,7 +2,7 @@
 # On a GPU machine: build, run the LLM-sampling GPU tests (and compute-sanitizer over the
 # error, edge and small-law tests), then (with `bench` or `bench-quick`) the llm benchmark
 # against FlashInfer (carry .flashinfer, see torch_wrs/benchmark_llm.py). Logs to $OUT.
-#   bash scripts/gpu_llm.sh [bench|bench-quick|bench-float32|bench-bfloat16|speculative|extras]
+#   bash scripts/gpu_llm.sh [bench|bench-quick|bench-float32|bench-bfloat16|bench-graphs|speculative|extras]
 # The full grid in two calls: bench-float32, then SKIP_TESTS=1 ... bench-bfloat16; then
 # python -m torch_wrs.benchmark llm --merge f32.md bf16.md --out docs/llm_bench_h200.md.
 source "$(dirname "$0")/gpu_build.sh"
@@ -27,6 +27,8 @@ case "${1:-}" in
   bench) timeout 900 python3 -m torch_wrs.benchmark llm --out "$LOG/llm_bench.md" > "$LOG/llm_bench.log" 2>&1 ;;
   speculative) timeout 300 python3 -c "import torch; from torch_wrs import benchmark_llm as b
 print('\n'.join(b._speculative_table(b.flashinfer(), torch.Generator('cuda'))))" > "$LOG/llm_bench.log" 2>&1 ;;
+  bench-graphs) timeout 400 python3 -m torch_wrs.benchmark llm --cuda-graphs --dtypes float32 \
+    --out "$LOG/llm_bench_graphs_h200.md" > "$LOG/llm_bench.log" 2>&1 ;;
   extras) timeout 300 python3 -m torch_wrs.benchmark llm-extras --out "$LOG/llm_extras.md" > "$LOG/llm_bench.log" 2>&1 ;;
   bench-quick) timeout 400 python3 -m torch_wrs.benchmark llm --quick --out "$LOG/llm_bench.md" > "$LOG/llm_bench.log" 2>&1 ;;
   bench-float32|bench-bfloat16) timeout 480 python3 -m torch_wrs.benchmark llm --dtypes "${1#bench-}" \
