@@ -66,10 +66,7 @@ def scaled(x2d, kw):
         if value in (0.0, 1.0):
             return x2d.float(), (None if value else torch.ones(x2d.shape[0], 1, dtype=torch.bool, device=x2d.device))
         return x2d.float() * torch.reciprocal(torch.tensor(value, dtype=torch.float32)), None
-    t = t.reshape(-1, 1).float()
-    greedy = t == 0
-    inv = torch.where(greedy, 1.0, torch.reciprocal(t))
-    return x2d.float() * inv, greedy
+    return x2d.float() * raw_scale(x2d, kw)[:, None], (t == 0).reshape(-1, 1)
 
 
 def top_n_sigma_keep(y, n):
