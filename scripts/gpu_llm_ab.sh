@@ -38,6 +38,7 @@ for c in cells:
     print(c.ljust(34) + "".join(f"{min(x[0] for x in r):8.4f}/{min(x[1] for x in r):.4f}" if r else " " * 18 for r in row)
           + f"  {min(x[2] for x in row[0]):.4f}")
 PY
-# TEST=NAME: then the LLM GPU tests and compute-sanitizer (gpu_llm.sh) on that build
+# TEST=NAME: then the LLM GPU tests and compute-sanitizer (gpu_llm.sh) on that build; else the tree's build stays
 [ -n "${TEST:-}" ] && cp "$LOG/so/$TEST/"_C*.so torch_wrs/ && bash "$(dirname "$0")/gpu_llm.sh"
+[ -z "${TEST:-}" ] && cp "$LOG/so/base/"_C*.so torch_wrs/
 rm -rf "$LOG/so"

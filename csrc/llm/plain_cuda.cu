@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const bool top_p_alone = kTopK && !top_k && rc.top_p_on();  // served by rejection (rejection_fits)
   const bool filtering = min_p || top_k;
   const bool raw_all = filtering && logprobs != nullptr && logprob_mode == kRaw;
+  const bool need_all = raw_all || top_p_alone;  // the whole row's weight (top-p: its estimate of M)
 
   // 1. stream, a warp's batch of segments reduced together (lane l ends with segment l / 8's)
   int bad = 0;
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     const float m = sh.seg_max[j];
     return !kLogits ? sh.seg_sum[j] : m > -INFINITY ? sh.seg_sum[j] * exp(static_cast<double>(m) - row_max) : 0.0;
   };
-  if (raw_all) {
+  if (need_all) {
     double all = 0.0;
 #pragma unroll
     for (int k = 0; k < kSegsPerThread; ++k) all += segment_weight(threadIdx.x * kSegsPerThread + k);
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     const double t = cluster.map_shared_rank(&sh, r)->cta_total;
     if (r < rank) cta_before += t;
     grand += t;
-    if (raw_all) grand_all += cluster.map_shared_rank(&sh, r)->cta_all;
+    if (need_all) grand_all += cluster.map_shared_rank(&sh, r)->cta_all;
   }
   cluster.sync();  // no CTA leaves while another reads its shared memory
 
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   if (top_p_alone) {
     return draw_top_p_by_rejection<scalar_t, kLogits>(sh, cluster, xr, v, q_begin, q_end, nseg, aligned, scale,
                                                       row_max, rc, seg_weight, seg_before, cta_before, cta_total,
-                                                      grand, key, offset, own_seed ? 0 : row, tokens + row,
+                                                      grand, grand_all, key, offset, own_seed ? 0 : row, tokens + row,
                                                       logprobs ? logprobs + row : nullptr, log_norm);
   }
   const double below_grand = nextafter(grand, 0.0);

@@ -26,7 +26,8 @@ constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
 static_assert(kSegsInFlight == 4, "the stream reduces a warp's batch with warp_reduce_four");
 constexpr int kCandidates = 2048;  // items a CTA's top-k list holds; past it, selects read the row
 
-// Top-p by rejection's integer masses: the row's, and those above each of two proposals.
+// Top-p by rejection's integer masses: the row's, and those above each of two proposals (and
+// SumPair: the float estimates of the latter).
 struct Masses {
   uint64_t all, above[2];
 };
@@ -34,6 +35,10 @@ struct SumMasses {
   __device__ Masses operator()(const Masses& a, const Masses& b) const {
     return Masses{a.all + b.all, {a.above[0] + b.above[0], a.above[1] + b.above[1]}};
   }
+};
+
+struct SumPair {
+  __device__ double2 operator()(const double2& a, const double2& b) const { return double2{a.x + b.x, a.y + b.y}; }
 };
 
 struct PlainShared {
@@ -48,8 +53,10 @@ struct PlainShared {
   int64_t pick[2];  // top-p by rejection: the CTA's drawn items (-1: another CTA's), their values
   float pick_y[2];
   Masses cta_masses;
+  double2 cta_pair;  // top-p by rejection: the CTA's estimated masses above two proposals
   union {
     typename cub::BlockReduce<Masses, kPlainThreads>::TempStorage mass_reduce;
+    typename cub::BlockReduce<double2, kPlainThreads>::TempStorage pair_reduce;
     typename cub::BlockReduce<float, kPlainThreads>::TempStorage max_reduce;
     typename cub::BlockScan<double, kPlainThreads>::TempStorage scan;
     typename cub::BlockReduce<double, kPlainThreads>::TempStorage sum_reduce;

@@ -13,20 +13,29 @@ namespace {
 // set exactly, as the two are independent draws of one law. If neither is, none of the set
 // lies at or below the higher: its key becomes the pivot and the round is repeated over the
 // items above it. Two proposals a round make a second round rare (on the benchmark's rows at
-// p = 0.9, 1 row in 80 against 1 in 9), and a call lasts as long as its slowest row. Each round
-// is one pass over the segments whose maximum is above the lower proposal (the first over the
-// row, for M), which also sums the next round's weights. Round r takes words (x, y) and
-// (z, w) of one Philox block of subsequence r of the row's range; rounds past the range's
-// length count in the block counter's high word. All CTAs of the cluster take the same
-// decisions.
+// p = 0.9, 1 row in 80 against 1 in 9), and a call lasts as long as its slowest row.
+// A round's check reads only the segments whose maximum is above the lower proposal and sums,
+// in float, the weights above each proposal; with M estimated by the stream's float64 total,
+// that decides a proposal unless its mass lies within the error bound (kMassSlack) of p M.
+// Only then are the exact integer masses summed (the first time over the whole row, for M).
+// Round r takes words (x, y) and (z, w) of one Philox block of subsequence r of the row's
+// range; rounds past the range's length count in the block counter's high word. All CTAs of
+// the cluster take the same decisions.
+// The estimates against the integer masses (llm.h, masses) per item: __expf is within
+// 2 + 1.2|x| ulp for |x| <= 104 (below, every mass rounds to 0), and the stream's y - m_j
+// rounds within |y - m_j| 2^-24: together under 3e-5 relative, which 2^-12 covers eight times
+// over; the V half-units of the integer rounding are added apart.
+constexpr double kMassSlack = 0x1.0p-12;
+
 template <typename scalar_t, bool kLogits>
 __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluster_group& cluster, const scalar_t* xr,
                                                      int64_t v, int64_t q_begin, int64_t q_end, int nseg, bool aligned,
                                                      float scale, float row_max, const RowControls& rc,
                                                      double (&seg_weight)[kSegsPerThread],
                                                      double (&seg_before)[kSegsPerThread], double cta_before,
-                                                     double cta_total, double grand, uint64_t key, uint64_t offset,
-                                                     int64_t tag, int64_t* token, float* logprob, double log_norm) {
+                                                     double cta_total, double grand, double grand_all, uint64_t key,
+                                                     uint64_t offset, int64_t tag, int64_t* token, float* logprob,
+                                                     double log_norm) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned cs = cluster.num_blocks();
   const int64_t quads = (v + 3) / 4;
@@ -44,9 +53,20 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
     const float m = sh.seg_max[j];
     return !kLogits ? sh.seg_sum[j] : m > -INFINITY ? sh.seg_sum[j] * exp(static_cast<double>(m) - row_max) : 0.0;
   };
+  // p M from the stream's total (grand_all, in the same units as estimate()'s sums), and how
+  // far the exact masses may lie from the estimates: kMassSlack of M, and V half-units of the
+  // integer masses.
+  const double unit = ldexp(kLogits ? 1.0 : static_cast<double>(row_max), -bits);
+  const double slack = 2.0 * (grand_all * kMassSlack + (static_cast<double>(v) + 2.0) * unit);
+  const double p_mass = static_cast<double>(rc.top_p) * grand_all;
+  const bool estimated = isfinite(grand_all) && grand_all > 0.0;
+  bool exact = false;
   uint64_t target = 0;
+  auto in_set = [&](double above) -> int {  // 1 surely in the set, 0 surely not, -1 too close to tell
+    return above + slack < p_mass ? 1 : above > p_mass + slack ? 0 : -1;
+  };
   for (int64_t round = 0;; ++round) {
-    if (round > 0) {  // the kept weights above the pivot (summed by the last check): scan, the cluster's totals
+    if (round > 0) {  // the kept weights above the pivot (summed after the last check): scan, the cluster's totals
 #pragma unroll
       for (int k = 0; k < kSegsPerThread; ++k) seg_weight[k] = segment_weight(threadIdx.x * kSegsPerThread + k);
       cub::BlockScan<double, kPlainThreads>(sh.scan).ExclusiveSum(seg_weight, seg_before, cta_total);
@@ -101,52 +121,69 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
       cluster.sync();  // every CTA done reading picks
       return;
     }
-    // The check: the integer mass above each draw (and, in round 0, the row's). The same pass
-    // sums the kept weights above the higher draw per segment: the next round's, if both are
-    // rejected. Round 0 needs every item's mass (for M), later rounds only the items above a
-    // draw, and a segment whose maximum is not above the lower draw holds none.
+    // The check: the mass above each draw. First its float estimate, from the segments whose
+    // maximum is above the lower draw; where that is within the bound of p M, the exact integer
+    // masses (and, the first time, the row's M from every positive item).
     const uint32_t ka = order_key(yt[0]), kb = order_key(yt[1]);
     const uint32_t k_lo = min(ka, kb), k_hi = max(ka, kb);
-    auto above_hi = [&](float y) {
-      return order_key(y) > k_hi && (!min_p || min_p_keeps<kLogits>(y, row_max, rc.min_p, log_min_p));
-    };
-    auto wanted = [&](int seg) {
+    auto above_lo = [&](int seg) {
       const float m = sh.seg_max[seg];
-      return positive(m) && (round == 0 || order_key(m) > k_lo);
+      return positive(m) && order_key(m) > k_lo;
     };
-    Masses mine{0, {0, 0}};
-    for_segments(xr, v, q_begin, q_end, nseg, aligned, scale, wanted,
-                 [&](int seg, const float (&y)[4], int present) {
+    auto masses = [&](bool all) {
+      Masses mine{0, {0, 0}};
+      auto wanted = [&](int seg) { return all ? positive(sh.seg_max[seg]) : above_lo(seg); };
+      for_segments(xr, v, q_begin, q_end, nseg, aligned, scale, wanted, [&](int, const float (&y)[4], int present) {
 #pragma unroll
-                   for (int h = 0; h < 4; ++h) {
-                     const uint32_t k = order_key(y[h]);
-                     if (h >= present || !positive(y[h]) || !(round == 0 || k > k_lo)) continue;
-                     const uint64_t mass = quantize_mass(mass_of<kLogits>(y[h], row_max), bits);
-                     mine.all += mass;
-                     mine.above[0] += k > ka ? mass : 0;
-                     mine.above[1] += k > kb ? mass : 0;
-                   }
-                   double sum = 0.0;
-                   if (order_key(sh.seg_max[seg]) > k_hi) {  // the same for the whole warp
-                     float w[4];
-                     weights_of<kLogits>(y, present, sh.seg_max[seg], w);
+        for (int h = 0; h < 4; ++h) {
+          const uint32_t k = order_key(y[h]);
+          if (h >= present || !positive(y[h]) || !(all || k > k_lo)) continue;
+          const uint64_t mass = quantize_mass(mass_of<kLogits>(y[h], row_max), bits);
+          mine.all += mass;
+          mine.above[0] += k > ka ? mass : 0;
+          mine.above[1] += k > kb ? mass : 0;
+        }
+      });
+      const Masses cta = cub::BlockReduce<Masses, kPlainThreads>(sh.mass_reduce).Reduce(mine, SumMasses());
+      if (threadIdx.x == 0) sh.cta_masses = cta;
+      cluster.sync();
+      Masses row{0, {0, 0}};
+      for (unsigned r = 0; r < cs; ++r) row = SumMasses()(row, cluster.map_shared_rank(&sh, r)->cta_masses);
+      cluster.sync();  // every CTA done reading before the next pass rewrites
+      return row;
+    };
+    auto estimate = [&]() {  // in the stream's units: exp(y - M) for logits, y for probabilities
+      double2 mine{0.0, 0.0};
+      for_segments(xr, v, q_begin, q_end, nseg, aligned, scale, above_lo, [&](int, const float (&y)[4], int present) {
+        float a = 0.0f, b = 0.0f;
 #pragma unroll
-                     for (int h = 0; h < 4; ++h) w[h] = above_hi(y[h]) ? w[h] : 0.0f;
-                     sum = warp_sum(lane_sum(w));
-                   }
-                   if (lane == 0) sh.seg_sum[seg] = sum;
-                 });
-    for (int j = threadIdx.x; j < nseg; j += kPlainThreads) {
-      if (!wanted(j)) sh.seg_sum[j] = 0.0;  // no item above the draws
+        for (int h = 0; h < 4; ++h) {
+          const uint32_t k = order_key(y[h]);
+          const float w = h < present && k > k_lo ? (kLogits ? __expf(y[h] - row_max) : y[h]) : 0.0f;
+          a += k > ka ? w : 0.0f;
+          b += k > kb ? w : 0.0f;
+        }
+        mine.x += a, mine.y += b;
+      });
+      const double2 cta = cub::BlockReduce<double2, kPlainThreads>(sh.pair_reduce).Reduce(mine, SumPair());
+      if (threadIdx.x == 0) sh.cta_pair = cta;
+      cluster.sync();
+      double2 row{0.0, 0.0};
+      for (unsigned r = 0; r < cs; ++r) row = SumPair()(row, cluster.map_shared_rank(&sh, r)->cta_pair);
+      cluster.sync();  // every CTA done reading before the next pass rewrites
+      return row;
+    };
+    int in0 = -1, in1 = -1;
+    if (!exact && estimated) {
+      const double2 a = estimate();
+      in0 = in_set(a.x), in1 = in_set(a.y);
     }
-    const Masses cta = cub::BlockReduce<Masses, kPlainThreads>(sh.mass_reduce).Reduce(mine, SumMasses());
-    if (threadIdx.x == 0) sh.cta_masses = cta;
-    cluster.sync();
-    Masses row{0, {0, 0}};
-    for (unsigned r = 0; r < cs; ++r) row = SumMasses()(row, cluster.map_shared_rank(&sh, r)->cta_masses);
-    cluster.sync();  // every CTA done reading before the next round rewrites
-    if (round == 0) target = top_p_target(rc.top_p, row.all);
-    const int in = row.above[0] < target ? 0 : row.above[1] < target ? 1 : -1;  // the first proposal in the set
+    if (in0 < 0 || (in0 == 0 && in1 < 0)) {  // too close to p M to tell
+      const Masses row = masses(!exact);
+      if (!exact) target = top_p_target(rc.top_p, row.all), exact = true;
+      in0 = row.above[0] < target, in1 = row.above[1] < target;
+    }
+    const int in = in0 ? 0 : in1 ? 1 : -1;  // the first proposal in the set
     if (in >= 0) {
       if (sh.pick[in] >= 0 && threadIdx.x == 0) {
         *token = t[in];
@@ -154,7 +191,22 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
       }
       return;
     }
+    // Both rejected: the next round's kept weights, those above the higher draw, per segment.
     pivot = k_hi, pivoted = true;
+    auto above_pivot = [&](int seg) { return order_key(sh.seg_max[seg]) > pivot; };
+    for_segments(xr, v, q_begin, q_end, nseg, aligned, scale, above_pivot,
+                 [&](int seg, const float (&y)[4], int present) {
+                   float w[4];
+                   weights_of<kLogits>(y, present, sh.seg_max[seg], w);
+#pragma unroll
+                   for (int h = 0; h < 4; ++h) w[h] = kept(y[h]) ? w[h] : 0.0f;
+                   const double sum = warp_sum(lane_sum(w));
+                   if (lane == 0) sh.seg_sum[seg] = sum;
+                 });
+    for (int j = threadIdx.x; j < nseg; j += kPlainThreads) {
+      if (!above_pivot(j)) sh.seg_sum[j] = 0.0;  // no item above the pivot
+    }
+    __syncthreads();
   }
 }
 
