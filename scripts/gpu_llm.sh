@@ -5,6 +5,8 @@
 #   bash scripts/gpu_llm.sh [bench|bench-quick|bench-float32|bench-bfloat16|bench-graphs|speculative|extras]
 # The full grid in two calls: bench-float32, then SKIP_TESTS=1 ... bench-bfloat16; then
 # python -m torch_wrs.benchmark llm --merge f32.md bf16.md --out docs/llm_bench_h200.md.
+# CONTROLS="top-p 0.9,per-row mixed" times only those controls of a grid; --merge DOC PART
+# puts the cells into the recorded report.
 source "$(dirname "$0")/gpu_build.sh"
 SKIP_TESTS=${SKIP_TESTS:-0}
 [ "${SKIP_TESTS:-0}" = 1 ] || timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/test_speculative.py tests/test_sample_logits.py -k "cuda or gpu" 2>&1 | tee "$LOG/llm_tests.log" | tail -15
@@ -24,14 +26,14 @@ SKIP_TESTS=${SKIP_TESTS:-0}
   > "$LOG/llm_sanitizer.log" 2>&1; san=$?
 [ "${SKIP_SANITIZER:-$SKIP_TESTS}" = 1 ] || echo "sanitizer rc=$san $(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/llm_sanitizer.log" | tail -2 | tr '\n' ' ')"
 case "${1:-}" in
-  bench) timeout 900 python3 -m torch_wrs.benchmark llm --out "$LOG/llm_bench.md" > "$LOG/llm_bench.log" 2>&1 ;;
+  bench) timeout 900 python3 -m torch_wrs.benchmark llm ${CONTROLS:+--controls "$CONTROLS"} --out "$LOG/llm_bench.md" > "$LOG/llm_bench.log" 2>&1 ;;
   speculative) timeout 300 python3 -c "import torch; from torch_wrs import benchmark_llm as b
 print('\n'.join(b._speculative_table(b.flashinfer(), torch.Generator('cuda'))))" > "$LOG/llm_bench.log" 2>&1 ;;
-  bench-graphs) timeout 400 python3 -m torch_wrs.benchmark llm --cuda-graphs --dtypes float32 \
+  bench-graphs) timeout 400 python3 -m torch_wrs.benchmark llm --cuda-graphs --dtypes float32 ${CONTROLS:+--controls "$CONTROLS"} \
     --out "$LOG/llm_bench_graphs_h200.md" > "$LOG/llm_bench.log" 2>&1 ;;
   extras) timeout 300 python3 -m torch_wrs.benchmark llm-extras --out "$LOG/llm_extras.md" > "$LOG/llm_bench.log" 2>&1 ;;
   bench-quick) timeout 400 python3 -m torch_wrs.benchmark llm --quick --out "$LOG/llm_bench.md" > "$LOG/llm_bench.log" 2>&1 ;;
-  bench-float32|bench-bfloat16) timeout 480 python3 -m torch_wrs.benchmark llm --dtypes "${1#bench-}" \
+  bench-float32|bench-bfloat16) timeout 480 python3 -m torch_wrs.benchmark llm --dtypes "${1#bench-}" ${CONTROLS:+--controls "$CONTROLS"} \
     --out "$LOG/llm_bench_${1#bench-}.md" > "$LOG/llm_bench.log" 2>&1 ;;
 esac
 [ -n "${1:-}" ] && { echo "bench rc=$?"; tail -18 "$LOG/llm_bench.log"; }

@@ -574,3 +574,25 @@ def test_benchmark_merge_joins_dtype_reports(tmp_path):
     assert ("- none: median 1.90x, min 0.80x; slower in 1 of 2: 1x32000; "
             "vs torch sort path: median 20.0x, min 10.0x") in text
     assert "- log-probs cost: median 1.000x, max 1.100x of the plain call" in text
+
+
+def test_benchmark_merge_replaces_cells_of_a_controls_call(tmp_path):
+    """`--controls` reports merged after a full one: their cells replace the same cells, the
+    full report keeps its head and other tables, and the summary counts the new times."""
+    from torch_wrs import benchmark_llm
+
+    head = ["# Title", "", "LLM sampling on X", "", "| control | dtype | rows x vocab | ours | ours + log-probs | "
+            "FlashInfer | torch (sort) | floor | x FlashInfer | x torch |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    full = head + ["| none | float32 | 1 x 32,000 | 0.0100 | 0.0100 | 0.0200 | 0.1000 | 0.0000 | 2.00x | 10.00x |",
+                   "| top-p 0.9 | float32 | 1 x 32,000 | 0.0400 | 0.0400 | 0.0200 | 0.1000 | 0.0000 | 0.50x | 2.50x |",
+                   "", "From logits: ms per call", "", "| a |", "|---|", "| 1 |", "", "Per control: old"]
+    part = head[2:] + ["| top-p 0.9 | float32 | 1 x 32,000 | 0.0100 | 0.0100 | 0.0200 | 0.1000 | 0.0000 | 2.00x | "
+                       "10.00x |", ""]
+    (tmp_path / "full.md").write_text("\n".join(full) + "\n")
+    (tmp_path / "part.md").write_text("\n".join(part) + "\n")
+    benchmark_llm.merge([str(tmp_path / "full.md"), str(tmp_path / "part.md")], str(tmp_path / "c.md"))
+    text = (tmp_path / "c.md").read_text()
+    assert text.startswith("# Title") and "From logits: ms per call" in text and "Per control: old" not in text
+    assert text.count("| top-p 0.9 | float32 | 1 x 32,000 | 0.0100 |") == 1 and "| 0.0400 |" not in text
+    assert text.index("| none | float32") < text.index("| top-p 0.9 | float32")
+    assert "- top-p 0.9: median 2.00x, min 2.00x; slower in 0 of 1: none" in text

@@ -827,8 +827,12 @@ def main():
     parser.add_argument("--dtypes", default="float32,bfloat16",
                         help="`llm`: the grid's input dtypes (the float32 part also times from-logits, small calls "
                              "and speculative acceptance), so that a GPU call can take part of the grid")
+    parser.add_argument("--controls", default=None, metavar="NAME,...",
+                        help="`llm`: time only these controls of the grid (its other tables are left out); "
+                             "--merge puts the cells into an earlier report")
     parser.add_argument("--merge", nargs="+", default=[], metavar="REPORT",
-                        help="`llm`: join the reports of several --dtypes calls into --out (no GPU needed)")
+                        help="`llm`: join the reports of several --dtypes or --controls calls into --out, a later "
+                             "report's cells replacing an earlier one's (no GPU needed)")
     parser.add_argument("--graph-scales", default="21:16,24:8", metavar="S:F,...",
                         help="`graph`: R-MAT graphs of 2^S nodes and F * 2^S edges before symmetrising")
     args = parser.parse_args()

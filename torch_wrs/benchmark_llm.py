@@ -182,6 +182,9 @@ def run(args):
     rows = ROWS if not args.quick else [1, 32, 256]
     vocabs = VOCABS if not args.quick else [32_000, 128_256]
     graphs = getattr(args, "cuda_graphs", False)
+    controls = args.controls.split(",") if getattr(args, "controls", None) else CONTROLS
+    if not set(controls) <= set(CONTROLS):
+        raise SystemExit(f"--controls: a comma-separated subset of {', '.join(CONTROLS)}; got {args.controls!r}")
     clock = graphed if graphs else timed
     draw_gen = None if graphs else gen  # capture takes the default generator
     how = ("calls captured in CUDA graphs, medians; rows of mixed sharpness" if graphs
@@ -203,7 +206,7 @@ def run(args):
                 probs = torch.softmax(logits.float(), -1).to(dtype)
                 probs32 = probs.float()
                 floor = b * v * probs.element_size() / bw * 1e3
-                for name in CONTROLS:
+                for name in controls:
                     kw = _controls(name, b, "cuda")
                     ours = clock(lambda: torch_wrs.sample_probs(probs, generator=draw_gen, **kw))
                     ours_lp = clock(lambda: torch_wrs.sample_probs(probs, generator=draw_gen, return_logprobs="raw",
@@ -219,7 +222,7 @@ def run(args):
                     lines.append(f"| {name} | {r['dtype']} | {b:,} x {v:,} | {ours:.4f} | {ours_lp:.4f} | "
                                  f"{_fmt(fi_ms)} | {_fmt(tn)} | {floor:.4f} | {_ratio(fi_ms, ours)} | {_ratio(tn, ours)} |")
                     print(lines[-1], flush=True)
-    if torch.float32 in dtypes and not graphs:
+    if torch.float32 in dtypes and not graphs and controls == CONTROLS:  # a part of the grid leaves these out
         lines += ["", *_logits_table(fi, gen, rows, vocabs), "", *_latency_table(fi, gen), "", *_speculative_table(fi, gen)]
     lines += ["", *_summary(results)]
     text = "\n".join(lines)
@@ -288,30 +291,35 @@ def _summary(results):
 
 
 def merge(paths, out):
-    """One report from the reports of several ``--dtypes`` calls (``--merge A.md B.md --out
-    C.md``, no GPU needed): the grid's rows of each in one table, the float32 report's other
-    tables, and the summary over every row."""
+    """One report from the reports of several ``--dtypes`` or ``--controls`` calls (``--merge
+    A.md B.md --out C.md``, no GPU needed): the grid's rows of each in one table, a later
+    report's cell replacing an earlier one's, the first full float32 report's other tables,
+    and the summary over every row."""
     def num(cell):
         return float(cell) if cell else None
 
-    head, rows, rest, results = [], [], [], []
+    head, cells, rest, best = [], {}, [], None
     for path in paths:
         with open(path) as fh:
             lines = fh.read().split("\n")
         start = next(i for i, line in enumerate(lines) if line.startswith("| control | dtype |"))
         end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
         body = lines[start + 2:end]
-        rows += body
         for line in body:
             c = [x.strip() for x in line.strip("|").split("|")]
             b, v = (int(x.replace(",", "")) for x in c[2].split(" x "))
-            results.append(dict(control=c[0], dtype=c[1], b=b, v=v, ours=float(c[3]), ours_lp=float(c[4]),
-                                fi=num(c[5]), torch=num(c[6])))
-        if not head or any("| float32 |" in line for line in body):
-            head = lines[:start + 2]
-            summary = next((i for i in range(end, len(lines)) if lines[i].startswith(("Against FlashInfer", "Per control"))),
-                           len(lines))
-            rest = lines[end:summary]
+            cells[(c[1], v, b, c[0])] = (line, dict(control=c[0], dtype=c[1], b=b, v=v, ours=float(c[3]),
+                                                     ours_lp=float(c[4]), fi=num(c[5]), torch=num(c[6])))
+        summary = next((i for i in range(end, len(lines)) if lines[i].startswith(("Against FlashInfer", "Per control"))),
+                       len(lines))
+        f32 = any("| float32 |" in line for line in body)
+        full = any(line.startswith("|") for line in lines[end:summary])  # with the other tables
+        rank = (not (f32 and full), not f32)
+        if not head or rank < best:  # the first full float32 report's head and other tables
+            head, rest, best = lines[:start + 2], lines[end:summary], rank
+    order = {name: i for i, name in enumerate(CONTROLS)}  # the grid's order: dtype, vocabulary, rows, control
+    keys = sorted(cells, key=lambda k: (k[0] != "float32", k[0], k[1], k[2], order.get(k[3], len(order))))
+    rows, results = [cells[k][0] for k in keys], [cells[k][1] for k in keys]
     text = "\n".join(head + rows + rest + _summary(results))
     with open(out, "w") as fh:
         fh.write(text + "\n")
