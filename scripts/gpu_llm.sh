@@ -6,7 +6,11 @@
 # The full grid in two calls: bench-float32, then SKIP_TESTS=1 ... bench-bfloat16; then
 # python -m torch_wrs.benchmark llm --merge f32.md bf16.md --out docs/llm_bench_h200.md.
 # CONTROLS="top-p 0.9,per-row mixed" times only those controls of a grid; --merge DOC PART
-# puts the cells into the recorded report.
+# puts the cells into the recorded report. `flashinfer-build` (with SKIP_TESTS=1) only
+# builds FlashInfer's binding, minutes on a fresh machine, into $OUT/flashinfer_build: copy
+# its two files to .flashinfer/build/, and later calls that carry .flashinfer load it
+# without compiling. Never kill a first FlashInfer call with a short timeout: torch's
+# extension loader leaves a lock file that later loads wait on.
 source "$(dirname "$0")/gpu_build.sh"
 SKIP_TESTS=${SKIP_TESTS:-0}
 [ "${SKIP_TESTS:-0}" = 1 ] || timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_llm.py tests/test_speculative.py tests/test_sample_logits.py -k "cuda or gpu" 2>&1 | tee "$LOG/llm_tests.log" | tail -15
@@ -32,6 +36,9 @@ print('\n'.join(b._speculative_table(b.flashinfer(), torch.Generator('cuda'))))"
   bench-graphs) timeout 400 python3 -m torch_wrs.benchmark llm --cuda-graphs --dtypes float32 ${CONTROLS:+--controls "$CONTROLS"} \
     --out "$LOG/llm_bench_graphs_h200.md" > "$LOG/llm_bench.log" 2>&1 ;;
   extras) timeout 300 python3 -m torch_wrs.benchmark llm-extras --out "$LOG/llm_extras.md" > "$LOG/llm_bench.log" 2>&1 ;;
+  flashinfer-build) timeout 500 python3 -c "from torch_wrs.benchmark_llm import flashinfer; assert flashinfer()" \
+    > "$LOG/llm_bench.log" 2>&1 && mkdir -p "$LOG/flashinfer_build" && \
+    cp .flashinfer/build/wrs_flashinfer_binding.so .flashinfer/build/binding.sha256 "$LOG/flashinfer_build/" ;;
   bench-quick) timeout 400 python3 -m torch_wrs.benchmark llm --quick --out "$LOG/llm_bench.md" > "$LOG/llm_bench.log" 2>&1 ;;
   bench-float32|bench-bfloat16) timeout 480 python3 -m torch_wrs.benchmark llm --dtypes "${1#bench-}" ${CONTROLS:+--controls "$CONTROLS"} \
     --out "$LOG/llm_bench_${1#bench-}.md" > "$LOG/llm_bench.log" 2>&1 ;;
