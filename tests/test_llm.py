@@ -503,6 +503,60 @@ def test_top_p_alone_by_rejection_on_split_rows():
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_top_p_kernel_rows(dtype):
+    """The top-p kernel (top_p_cuda.cu, a CTA a row) on rows of 300 to 262,144 items, of odd
+    lengths (unaligned rows) and with -inf items, from logits and probabilities, 512 and 1,024
+    threads: every draw in the kept set of the sample kernel's filter, raw log-probabilities
+    those of log_softmax, seeds reproduce in any batch, and invalid rows give token 0."""
+    g = torch.Generator().manual_seed(55)
+    gen = torch.Generator("cuda").manual_seed(56)
+    for rows, v in ((3, 300), (200, 300), (2, 50_001), (150, 50_001), (64, 131_072), (140, 262_144)):
+        x = (torch.randn(rows, v, generator=g) * 3).to(dtype).float()
+        x[0, ::7] = float("-inf")
+        x[-1, 5] = float("nan")
+        x = x.cuda()
+        keep = torch.isfinite(torch_wrs.filter_logits(x[:-1], top_p=0.9))
+        for logits in (True, False):
+            xs = (x if logits else torch.softmax(x, -1)).to(dtype)
+            sample = torch_wrs.sample_logits if logits else torch_wrs.sample_probs
+            if not logits:  # the probabilities' own set and law (rounded to dtype)
+                keep = torch.isfinite(torch_wrs.filter_logits(xs[:-1].float().log(), top_p=0.9))
+            for _ in range(20):
+                t, lp = sample(xs, top_p=0.9, generator=gen, return_logprobs="raw")
+                assert t[-1, 0] == 0 and torch.isnan(lp[-1]).all(), "an invalid row gives token 0 and NaN"
+                assert keep.gather(1, t[:-1]).all(), (rows, v, logits)
+                y = xs[:-1].float()
+                law = torch.log_softmax(y, -1) if logits else (y / y.sum(-1, keepdim=True)).log()
+                want = law.gather(1, t[:-1])
+                assert torch.allclose(lp[:-1], want, atol=1e-4), (rows, v, logits)
+            seeds = torch.arange(rows, device="cuda") * 13
+            perm = torch.randperm(rows, generator=g).cuda()
+            a = sample(xs, top_p=0.9, seeds=seeds)
+            assert torch.equal(a[perm], sample(xs[perm], top_p=0.9, seeds=seeds[perm]))
+
+
+@requires_cuda
+def test_top_p_kernel_law_with_a_cta_of_1024():
+    """The top-p kernel's 1,024-thread variant (fewer rows than half the SMs): 1.28e6 draws
+    against the sorted law, from logits with temperature (the 512-thread variant takes 1e8 in
+    test_top_p_alone_by_rejection_law)."""
+    g = torch.Generator().manual_seed(58)
+    x = torch.randn(300, generator=g) * 1.5
+    x[::11] = float("-inf")
+    xs = x.cuda().expand(64, -1).contiguous()
+    xs = xs.repeat(1, 100)  # 30,000 items: 100 copies of the 300, so the law on item % 300 is the same
+    assert torch.ops.wrs._llm_route(64, 30_000, top_p=0.8) == "top-p threads=1024"
+    gen = torch.Generator("cuda").manual_seed(59)
+    counts = torch.zeros(30_000, dtype=torch.long, device="cuda")
+    for _ in range(20_000):
+        counts += torch.bincount(torch_wrs.sample_logits(xs, generator=gen, top_p=0.8, temperature=0.7).view(-1),
+                                 minlength=30_000)
+    folded = counts.view(100, 300).sum(0).cpu().double()
+    assert g_test_pvalue(folded, reference(x, top_p=0.8, temperature=0.7)) > P_MIN
+
+
+@requires_cuda
 def test_plain_cuda_kernel_law_on_rows_past_the_resident_size():
     """A million-item row split over a cluster of 8 (few rows, so the plain kernel serves
     it): 1e7 draws on 1,000 coarse bins against the float64 softmax."""
@@ -531,8 +585,14 @@ def test_plain_cuda_kernel_law_on_rows_past_the_resident_size():
     (dict(rows=1, v=32_000, top_k=1024, top_p=0.9), "plain-thresholds cluster=4"),
     (dict(rows=1, v=32_000, top_k=1025), "sample cluster=4 resident"),
     (dict(rows=1, v=1000, top_k=5000), "plain cluster=1"),  # k >= V keeps every item
-    (dict(rows=1, v=32_000, top_p=0.9), "plain-thresholds cluster=4"),  # top-p alone by rejection
-    (dict(rows=1, v=32_000, top_p=0.9, logprobs=2), "plain-thresholds cluster=4"),
+    (dict(rows=1, v=32_000, top_p=0.9), "top-p threads=1024"),  # top-p alone: a CTA a row
+    (dict(rows=1, v=32_000, top_p=0.9, logprobs=2), "top-p threads=1024"),
+    (dict(rows=256, v=32_000, top_p=0.9), "top-p threads=512"),  # two CTAs an SM
+    (dict(rows=64, v=128_256, top_p=0.9), "top-p threads=1024"),  # a cluster of 2 would read it
+    (dict(rows=16, v=128_256, top_p=0.9), "plain-thresholds cluster=8"),  # few long rows: split over CTAs
+    (dict(rows=256, v=300_000, top_p=0.9), "sample cluster=1"),  # past a CTA's share, either kernel's
+    (dict(rows=1, v=32_000, top_p=0.9, min_p=0.1), "plain-thresholds cluster=4"),
+    (dict(rows=4, v=32_000, per_row="top_p"), "plain-thresholds cluster=4 defers"),
     (dict(rows=1, v=32_000, top_p=0.9, num_samples=2), "sample cluster=4 resident"),
     (dict(rows=1, v=32_000, top_p=0.9, logprobs=1), "sample cluster=4 resident"),
     (dict(rows=1, v=32_000, temperature=0.0), "sample cluster=4 resident"),  # greedy

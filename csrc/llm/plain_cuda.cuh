@@ -22,4 +22,8 @@ namespace wrs::llm {
 void launch_plain(const Call& call, const Route& route, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs,
                   uint8_t* deferred);
 
+// Launches the top-p kernel (route.kernel: kTopP, top_p_cuda.cu) on the current stream:
+// tokens [rows], logprobs [rows] (raw) or nullptr.
+void launch_top_p(const Call& call, const Route& route, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs);
+
 }  // namespace wrs::llm

@@ -1,6 +1,6 @@
 #pragma once
-// The plain kernel's (plain_cuda.cu) sizes, shared memory and warp pieces. Included by
-// plain_cuda.cu and its phase headers only: everything here is in its anonymous namespace.
+// The plain kernel's (plain_cuda.cu) sizes, shared memory and warp pieces, and the top-p
+// kernel's (top_p_cuda.cu) share of them. Everything here is in an anonymous namespace.
 #include "common/cuda_utils.cuh"
 #include "common/philox_cuda.cuh"
 #include "llm/dispatch_cuda.h"
@@ -25,6 +25,12 @@ static_assert(kMaxItems == kPlainMaxItems, "route.h's plain share is the kernel'
 constexpr int kSegsInFlight = 4;  // segments a warp loads before it sums any
 static_assert(kSegsInFlight == 4, "the stream reduces a warp's batch with warp_reduce_four");
 constexpr int kCandidates = 2048;  // items a CTA's top-k list holds; past it, selects read the row
+
+// Top-p by rejection's float estimates of masses against the integer masses (llm.h) per item:
+// __expf is within 2 + 1.2|x| ulp for |x| <= 104 (below, every mass rounds to 0), y - m rounds
+// within |y - m| 2^-24, and float sums of 16 weights add 2^-20: together under 3e-5 relative,
+// which 2^-12 covers eight times over; the V half-units of the integer rounding are added apart.
+constexpr double kMassSlack = 0x1.0p-12;
 
 // Top-p by rejection's integer masses: the row's, and those above each of two proposals (and
 // SumPair: the float estimates of the latter).

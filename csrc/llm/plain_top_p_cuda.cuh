@@ -21,11 +21,6 @@ namespace {
 // Round r takes words (x, y) and (z, w) of one Philox block of subsequence r of the row's
 // range; rounds past the range's length count in the block counter's high word. All CTAs of
 // the cluster take the same decisions.
-// The estimates against the integer masses (llm.h, masses) per item: __expf is within
-// 2 + 1.2|x| ulp for |x| <= 104 (below, every mass rounds to 0), and the stream's y - m_j
-// rounds within |y - m_j| 2^-24: together under 3e-5 relative, which 2^-12 covers eight times
-// over; the V half-units of the integer rounding are added apart.
-constexpr double kMassSlack = 0x1.0p-12;
 
 template <typename scalar_t, bool kLogits>
 __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluster_group& cluster, const scalar_t* xr,

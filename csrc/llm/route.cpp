@@ -24,6 +24,10 @@ Route route(const Call& call, int64_t sms) {
     plain = !greedy_or_invalid && !long_top_k && !top_p_alone_unfit;
   }
   const int cluster = cluster_size(call.rows, call.v, false, sms);
+  const bool top_p_alone = !per_row && !top_k && c.top_p_value < 1.0f && !(c.min_p_value > 0.0f);
+  if (plain && top_p_alone && call.v <= kTopPMaxItems && (call.v <= kTopPShortRow || cluster <= 2)) {
+    return {Kernel::kTopP, 1, false, false, call.rows * 2 <= sms ? 1024 : 512};
+  }
   if (!plain || share_items(call.v, cluster) > kPlainMaxItems) return sample_route(call, sms);
   const bool thresholds = top_k || c.top_p || c.top_p_value < 1.0f;  // the variant that also draws top-p alone
   return {thresholds ? Kernel::kPlainThresholds : Kernel::kPlain, cluster, false, per_row};
@@ -51,6 +55,7 @@ std::string llm_route(int64_t rows, int64_t v, int64_t num_samples, double tempe
     else TORCH_CHECK(false, "_llm_route: per_row names temperature, top_k, top_p or min_p, got \"", name, "\"");
   }
   const Route r = route(call, sms);
+  if (r.kernel == Kernel::kTopP) return "top-p threads=" + std::to_string(r.threads);
   std::string out = r.kernel == Kernel::kPlain ? "plain" : r.kernel == Kernel::kPlainThresholds ? "plain-thresholds" : "sample";
   out += " cluster=" + std::to_string(r.cluster);
   if (r.resident) out += " resident";

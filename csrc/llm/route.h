@@ -7,6 +7,9 @@
 //     several samples or processed log-probabilities, rows past a cluster's plain share.
 //     With per-row control tensors the plain kernel decides each row on the device and
 //     defers the rows it cannot serve to a second launch of the sample kernel.
+//   - top-p alone with scalar controls (one sample, no min-p, no processed log-probabilities)
+//     on rows that one CTA reads about as fast as a cluster would: a CTA a row of its own
+//     kernel (top_p_cuda.cu), 1,024 threads where rows are fewer than half the SMs, else 512.
 //   - cluster: how many CTAs share a row. Resident rows stay in the cluster's shared memory
 //     (kResident items a CTA, up to 8 CTAs: 262,144 items); a call with fewer rows than the
 //     GPU has SMs splits each row further, up to 8 CTAs, keeping at least kItemsPerCta items
@@ -25,6 +28,8 @@ constexpr int64_t kItemsPerCta = 4096;
 constexpr int kMaxCluster = 8;
 constexpr int64_t kPlainMaxTopK = 1024;      // larger k: longer lists; the sample kernel takes them
 constexpr int64_t kPlainMaxItems = 262'144;  // a plain CTA's share: its segment sums in shared memory
+constexpr int64_t kTopPMaxItems = 262'144;   // the top-p kernel's rows (a warp walks a thread's quads at once)
+constexpr int64_t kTopPShortRow = 65'536;    // rows this short take it whatever the call's rows
 
 // Quads of each CTA's share when a row of v items is split over c CTAs: whole segments of
 // kSegment items, so the segments (and the draw) do not depend on the split.
@@ -45,13 +50,14 @@ inline int cluster_size(int64_t rows, int64_t v, bool resident, int64_t sms) {
   return c;
 }
 
-enum class Kernel { kPlain, kPlainThresholds, kSample };
+enum class Kernel { kPlain, kPlainThresholds, kSample, kTopP };
 
 struct Route {
   Kernel kernel;
   int cluster;
   bool resident;  // the sample kernel's rows stay in shared memory
   bool defers;    // per-row tensors: the plain kernel may leave rows to the sample kernel
+  int threads = 0;  // kTopP: threads a CTA
 };
 
 // The route of a call (Call's tensors are not read: per-row controls count by presence).

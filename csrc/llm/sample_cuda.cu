@@ -574,7 +574,9 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cuda(
     int64_t* t = tokens.mutable_data_ptr<int64_t>();
     float* l = logprobs ? lp.mutable_data_ptr<float>() : nullptr;
     const Route r = route(call, device_sms());
-    if (r.kernel != Kernel::kSample) {  // one read of each row (plain_cuda.cu); with per-row tensors, some rows deferred
+    if (r.kernel == Kernel::kTopP) {  // top-p alone, a CTA a row (top_p_cuda.cu)
+      launch_top_p(call, r, philox, t, l);
+    } else if (r.kernel != Kernel::kSample) {  // one read of each row (plain_cuda.cu); with per-row tensors, some rows deferred
       at::Tensor deferred;  // only for per-row controls
       if (r.defers) deferred = at::empty({call.rows}, input.options().dtype(at::kByte));
       uint8_t* d = deferred.defined() ? deferred.mutable_data_ptr<uint8_t>() : nullptr;
