@@ -636,6 +636,17 @@ def test_benchmark_merge_joins_dtype_reports(tmp_path):
     assert "- log-probs cost: median 1.000x, max 1.100x of the plain call" in text
 
 
+def test_benchmark_summary_of_a_part_without_plain_sampling():
+    """A `--controls` call that leaves out "none" still gets its summary (the ratio over plain
+    sampling is left out where no plain cell was timed)."""
+    from torch_wrs import benchmark_llm
+
+    r = dict(control="top-p 0.9", dtype="float32", b=1, v=32_000, ours=0.01, ours_lp=0.01, fi=0.02, torch=0.1)
+    lines = benchmark_llm._summary([r])
+    assert any(line.startswith("- top-p 0.9: median 2.00x") for line in lines)
+    assert not any("over our plain sampling" in line for line in lines)
+
+
 def test_benchmark_merge_replaces_cells_of_a_controls_call(tmp_path):
     """`--controls` reports merged after a full one: their cells replace the same cells, the
     full report keeps its head and other tables, and the summary counts the new times."""

@@ -307,7 +307,8 @@ def _summary(results):
     lp = [r["ours_lp"] / r["ours"] for r in results]
     lines.append(f"- log-probs cost: median {statistics.median(lp):.3f}x, max {max(lp):.3f}x of the plain call")
     plain = {(r["dtype"], r["b"], r["v"]): r["ours"] for r in results if r["control"] == "none"}
-    ctl = [r["ours"] / plain[(r["dtype"], r["b"], r["v"])] for r in results if r["control"] != "none"]
+    ctl = [r["ours"] / plain[(r["dtype"], r["b"], r["v"])] for r in results
+           if r["control"] != "none" and (r["dtype"], r["b"], r["v"]) in plain]  # a part of the grid may lack "none"
     if ctl:
         lines.append(f"- a control over our plain sampling: median {statistics.median(ctl):.2f}x, max {max(ctl):.2f}x")
     return lines
