@@ -40,7 +40,7 @@ struct TopPShared {
   int64_t pick[2];
   float pick_y[2];
   double point[2];  // the round's proposals' points
-  int in;           // the proposal taken (-1: both rejected), decided by thread 0
+  int in;           // the proposal taken (-1: both rejected, -2: the exact masses decide), by thread 0
   // Thread 0's per-row state: the row's weight, p M and the estimates' slack, the target's
   // integer mass once known.
   double all, p_mass, slack;
