@@ -109,11 +109,12 @@ TORCH_LIBRARY(wrs, m) {
   // seeds [B] key each row's draws alone. Returns int64 tokens [..., num_samples] and
   // float32 log-probabilities of them (logprobs: 0 none, an empty tensor; 1 under the
   // filtered law; 2 under log_softmax(logits / T)). Nothing is read back to the host:
-  // invalid rows give token 0 and a NaN log-probability.
+  // invalid rows give token 0 and a NaN log-probability. overrides: a penalty plan of the
+  // logits (penalty_plan), applied in the kernels' read of each row.
   m.def("sample_llm(Tensor input, SymInt num_samples=1, *, bool logits=True, Tensor? temperature=None, "
         "float temperature_value=1.0, Tensor? top_k=None, int top_k_value=0, Tensor? top_p=None, "
         "float top_p_value=1.0, Tensor? min_p=None, float min_p_value=0.0, Tensor? seeds=None, int logprobs=0, "
-        "Generator? generator=None) -> (Tensor, Tensor)",
+        "Generator? generator=None, Tensor? overrides=None) -> (Tensor, Tensor)",
         {at::Tag::nondeterministic_seeded});
   // The processed logits of sample_llm: logits / T where kept, -inf elsewhere (NaN rows
   // where invalid; a greedy row keeps its first largest logit).
@@ -125,6 +126,11 @@ TORCH_LIBRARY(wrs, m) {
   // output and prompt histories penalised once; id lists [B, n] padded with -1; per-row
   // penalties [B]. Returns float32 [B, V]; nothing is read back.
   m.def("penalize_logits(Tensor logits, *, Tensor? allowed_bitmask=None, Tensor? masked_ids=None, "
+        "Tensor? bias_ids=None, Tensor? bias_values=None, Tensor? output_ids=None, Tensor? prompt_ids=None, "
+        "Tensor? repetition_penalty=None, Tensor? frequency_penalty=None, Tensor? presence_penalty=None) -> Tensor");
+  // penalize_logits' rule as a plan for sample_llm(overrides=) (csrc/llm/penalties.h): the
+  // bitmask and the few ids it changes, so the sampler applies it while it reads the row.
+  m.def("penalty_plan(Tensor logits, *, Tensor? allowed_bitmask=None, Tensor? masked_ids=None, "
         "Tensor? bias_ids=None, Tensor? bias_values=None, Tensor? output_ids=None, Tensor? prompt_ids=None, "
         "Tensor? repetition_penalty=None, Tensor? frequency_penalty=None, Tensor? presence_penalty=None) -> Tensor");
   // What sample_logits(..., top_logprobs=n) adds (csrc/llm/top_logprobs.h): for law [B, V]

@@ -112,7 +112,7 @@ def _radix_forest_sample_fake(cdf, guide, nodes, num_samples, *, generator=None)
 @torch.library.register_fake("wrs::sample_llm")
 def _sample_llm_fake(input, num_samples=1, *, logits=True, temperature=None, temperature_value=1.0, top_k=None,
                      top_k_value=0, top_p=None, top_p_value=1.0, min_p=None, min_p_value=0.0, seeds=None, logprobs=0,
-                     generator=None):
+                     generator=None, overrides=None):
     torch._check(input.dim() >= 1, lambda: "sample_llm: input must have at least one dimension")
     shape = (*input.shape[:-1], num_samples)
     return input.new_empty(shape, dtype=torch.int64), input.new_empty(shape if logprobs else (0,), dtype=torch.float32)
@@ -152,6 +152,18 @@ def _penalize_logits_fake(logits, *, allowed_bitmask=None, masked_ids=None, bias
                           output_ids=None, prompt_ids=None, repetition_penalty=None, frequency_penalty=None,
                           presence_penalty=None):
     return logits.new_empty(logits.shape, dtype=torch.float32)
+
+
+@torch.library.register_fake("wrs::penalty_plan")
+def _penalty_plan_fake(logits, *, allowed_bitmask=None, masked_ids=None, bias_ids=None, bias_values=None,
+                       output_ids=None, prompt_ids=None, repetition_penalty=None, frequency_penalty=None,
+                       presence_penalty=None):
+    ids = sum(t.shape[1] for t in (masked_ids, bias_ids, output_ids, prompt_ids) if t is not None)
+    cap = 2
+    while cap < 2 * ids:
+        cap *= 2
+    words = (logits.shape[1] + 31) // 32
+    return logits.new_empty((logits.shape[0], 3 * words + words % 2 + 4 * cap), dtype=torch.int32)
 
 
 @torch.library.register_fake("wrs::top_logprobs")

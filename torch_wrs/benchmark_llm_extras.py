@@ -1,5 +1,5 @@
-"""``python -m torch_wrs.benchmark llm-extras``: what the pass before sampling, top-n
-log-probs, typical-p, top-n-sigma and masked rows cost against sampling alone, on the GPU,
+"""``python -m torch_wrs.benchmark llm-extras``: what the pass before sampling (apart and
+fused), top-n log-probs, typical-p, top-n-sigma and masked rows cost against sampling alone, on the GPU,
 in CUDA graphs (ms per call, medians)."""
 import datetime
 
@@ -23,6 +23,31 @@ def _pass_inputs(b, gen):
                 repetition_penalty=1.1, frequency_penalty=0.2, presence_penalty=0.1, validate=False)
 
 
+def _torch_reference(x, kw, temperature, top_k, top_p):
+    """What a user writes without torch_wrs: the pass and Hugging Face's warpers in torch ops."""
+    rows, v = x.shape
+    shifts = torch.arange(32, device=x.device)
+    allowed = ((kw["allowed_bitmask"][..., None] >> shifts) & 1).flatten(1)[:, :v].bool()
+    y = torch.where(allowed, x, float("-inf"))
+    y = y.index_fill(1, kw["banned_ids"], float("-inf"))
+    ids, values = kw["logit_bias"]
+    y = y.scatter_add(1, ids, values)
+    hist = kw["output_ids"]
+    counts = torch.zeros_like(y).scatter_add_(1, hist, torch.ones_like(hist, dtype=y.dtype))
+    seen = counts > 0
+    r = kw["repetition_penalty"]
+    y = torch.where(seen, torch.where(y > 0, y / r, y * r), y)
+    y = y - kw["frequency_penalty"] * counts - kw["presence_penalty"] * seen
+    y = y / temperature
+    kth = y.topk(top_k, -1).values[:, -1:]
+    y = y.masked_fill(y < kth, float("-inf"))
+    sorted_y, order = y.sort(-1, descending=True)
+    cum = sorted_y.softmax(-1).cumsum(-1)
+    drop = (cum - sorted_y.softmax(-1)) > top_p
+    y = y.scatter(1, order, sorted_y.masked_fill(drop, float("-inf")))
+    return torch.multinomial(y.softmax(-1), 1)
+
+
 def run(args):
     gen = torch.Generator("cuda").manual_seed(0)
     controls = dict(temperature=0.7, top_k=50, top_p=0.9)
@@ -41,6 +66,10 @@ def run(args):
         row(b, "process_logits + sampling (temperature, top-k, top-p)",
             graphed(lambda: torch_wrs.sample_logits(torch_wrs.process_logits(x, **kw), **controls)),
             alone)
+        row(b, "sampling with process= (the pass fused into the read; temperature, top-k, top-p)",
+            graphed(lambda: torch_wrs.sample_logits(x, **controls, process=kw)), alone)
+        row(b, "the pass and sampling in torch ops (sort, softmax, multinomial)",
+            graphed(lambda: _torch_reference(x, kw, **controls)), alone)
         row(b, "top_logprobs=20", graphed(lambda: torch_wrs.sample_logits(x, top_logprobs=20,
                                                                            **controls)), alone)
         top_p = graphed(lambda: torch_wrs.sample_logits(x, top_p=0.9))

@@ -6,6 +6,7 @@ from typing import Optional, Union
 import torch
 
 from . import _llm_extras as extras
+from . import penalties
 from ._library import _C, direct_call
 from ._llm_extras import SampleOutput
 
@@ -62,7 +63,8 @@ def _check_rows(op, x, logits, kw):
             raise RuntimeError(f"{op}: {text}")
 
 
-def _sample(op, x, num_samples, logits, controls, replacement, generator, seeds, return_logprobs, check):
+def _sample(op, x, num_samples, logits, controls, replacement, generator, seeds, return_logprobs, check,
+            overrides=None):
     try:
         mode = _LOGPROB_MODES[return_logprobs]
     except (KeyError, TypeError):  # TypeError: an unhashable value
@@ -71,10 +73,10 @@ def _sample(op, x, num_samples, logits, controls, replacement, generator, seeds,
         _check_rows(op, x, logits, dict(zip(_CONTROL_NAMES, controls)))
     if replacement or num_samples == 1:
         if direct_call(x):
-            tokens, lp = _C.sample_llm(x, num_samples, logits, *controls, seeds, mode, generator)
+            tokens, lp = _C.sample_llm(x, num_samples, logits, *controls, seeds, mode, generator, overrides)
         else:
             tokens, lp = _sample_llm(x, num_samples, logits=logits, seeds=seeds, logprobs=mode, generator=generator,
-                                     **dict(zip(_CONTROL_NAMES, controls)))
+                                     overrides=overrides, **dict(zip(_CONTROL_NAMES, controls)))
         return (tokens, lp) if mode else tokens
     # Without replacement: the Gumbel top-k race over the filtered logits (one read back).
     kw = dict(zip(_CONTROL_NAMES, controls))
@@ -131,6 +133,7 @@ def sample_logits(
     return_logprobs: Optional[str] = None,
     top_logprobs: int = 0,
     check: bool = False,
+    process: Optional[dict] = None,
 ):
     """Draws tokens from ``softmax(logits / temperature)`` after top-k, top-p and min-p.
 
@@ -181,6 +184,13 @@ def sample_logits(
         ``return_logprobs`` is None) and the drawn tokens' ranks.
     check : bool
         Read the rows back once and raise for invalid ones, instead of the silent result.
+    process : dict, optional
+        :func:`process_logits`' keywords (bitmask, banned ids, ``min_tokens``, logit bias,
+        penalties): the draw is ``sample_logits(process_logits(logits, **process), ...)``'s,
+        with the pass applied in the sampler's own read of the row (a plan of the bitmask and
+        the few ids it changes, ``torch.ops.wrs.penalty_plan``). CUDA calls of fewer than 64
+        rows, histories given as counts, ``check``, ``top_logprobs``, ``typical_p``,
+        ``top_n_sigma`` and draws without replacement take ``process_logits`` first.
 
     Returns
     -------
@@ -207,14 +217,27 @@ def sample_logits(
     >>> out = torch_wrs.sample_logits(logits, typical_p=0.9, top_logprobs=5)
     >>> out.top_tokens.shape, out.ranks.shape
     (torch.Size([4, 5]), torch.Size([4, 1]))
+    >>> history = torch.randint(32000, (4, 64))
+    >>> tokens = torch_wrs.sample_logits(logits, top_p=0.9, process=dict(
+    ...     output_ids=history, repetition_penalty=1.1, banned_ids=torch.tensor([0])))
     """
     controls = _controls(temperature, top_k, top_p, min_p)
     typical_p = extras.typical_none(typical_p)
+    overrides = None
+    if process is not None:
+        if not isinstance(process, dict):
+            raise RuntimeError(f"sample_logits: process must be a dict of process_logits' keywords, "
+                               f"got {type(process).__name__}")
+        fuse = penalties.fuses(logits) and not (check or top_logprobs or extras.active(typical_p, top_n_sigma) or
+                                                (not replacement and num_samples > 1))
+        overrides = penalties.plan(logits, **process) if fuse else None
+        if overrides is None:
+            logits = penalties.process_logits(logits, **process)
     if top_logprobs or extras.active(typical_p, top_n_sigma):
         return _sample_extra(logits, num_samples, controls, typical_p, top_n_sigma, top_logprobs, replacement,
                              generator, seeds, return_logprobs, check)
     return _sample("sample_logits", logits, num_samples, True, controls, replacement, generator, seeds, return_logprobs,
-                   check)
+                   check, overrides)
 
 
 def sample_probs(

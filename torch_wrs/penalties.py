@@ -114,9 +114,60 @@ def process_logits(
     ...                              frequency_penalty=0.5, banned_ids=torch.tensor([0, 1]))
     >>> tokens = torch_wrs.sample_logits(x, temperature=0.7, top_p=0.9)
     """
+    a = _arguments(logits, allowed_bitmask, banned_ids, min_tokens, output_lengths, eos_ids, logit_bias, output_ids,
+                   output_counts, prompt_ids, prompt_counts, repetition_penalty, frequency_penalty, presence_penalty)
+    x = torch.ops.wrs.penalize_logits(a["x2d"], **a["op"])
+    if a["by_counts"]:  # dense histories: the penalties in torch ops
+        x = _dense_penalties(x, a["rows"], a["vocab"], logits.device, output_ids, output_counts, prompt_ids,
+                             prompt_counts, a["penalties"])
+    if validate:
+        _validate(a)
+    return x.reshape(logits.shape)
+
+
+# CUDA calls of fewer rows take process_logits first: at one row of 128,256 the plan's block
+# (20 us of dependent phases) and the plan's reads cost more than the pass they save
+# (docs/llm.md, "The pass before sampling").
+FUSE_MIN_ROWS = 64
+
+
+def fuses(logits: torch.Tensor) -> bool:
+    """Whether sample_logits(process=...) applies the pass in the sampler's read of the row
+    (the method table of the fused pass; every CPU call, CUDA calls of FUSE_MIN_ROWS rows or
+    more)."""
+    rows = logits.numel() // max(1, logits.shape[-1]) if logits.dim() else 1
+    return not logits.is_cuda or rows >= FUSE_MIN_ROWS
+
+
+def plan(logits: torch.Tensor, validate: bool = True, **process) -> Optional[torch.Tensor]:
+    """process_logits' keywords as a penalty plan (torch.ops.wrs.penalty_plan) that
+    sample_llm applies in its read of the row, or None where the histories are dense counts
+    (those take torch ops over a materialised row)."""
+    if process.get("output_counts") is not None or process.get("prompt_counts") is not None:
+        return None
+    unknown = set(process) - set(_KEYWORDS)
+    if unknown:
+        raise RuntimeError(f"sample_logits: process holds keywords that process_logits does not take: "
+                           f"{sorted(unknown)}")
+    a = _arguments(logits, *(process.get(name) for name in _KEYWORDS))
+    out = torch.ops.wrs.penalty_plan(a["x2d"], **a["op"])
+    if validate:
+        _validate(a)
+    return out
+
+
+_KEYWORDS = ("allowed_bitmask", "banned_ids", "min_tokens", "output_lengths", "eos_ids", "logit_bias", "output_ids",
+             "output_counts", "prompt_ids", "prompt_counts", "repetition_penalty", "frequency_penalty",
+             "presence_penalty")
+
+
+def _arguments(logits, allowed_bitmask, banned_ids, min_tokens, output_lengths, eos_ids, logit_bias, output_ids,
+               output_counts, prompt_ids, prompt_counts, repetition_penalty, frequency_penalty, presence_penalty):
+    """process_logits' arguments checked and in the ops' form: x2d, rows, vocab, the op's
+    keywords, by_counts, the per-row penalties and the id lists to validate."""
     if logits.dim() == 0 or not logits.is_floating_point():
         raise RuntimeError("process_logits: logits must be a floating-point tensor of at least one dimension")
-    shape, vocab, device = logits.shape, logits.shape[-1], logits.device
+    vocab, device = logits.shape[-1], logits.device
     x2d = logits.reshape(-1, vocab)
     rows = x2d.shape[0]
     index_args = []  # (name, ids) to validate
@@ -157,20 +208,22 @@ def process_logits(
     by_counts = output_counts is not None or prompt_counts is not None
     history = {} if by_counts else dict(output_ids=dict(index_args).get("output_ids"),
                                         prompt_ids=dict(index_args).get("prompt_ids"))
-    x = torch.ops.wrs.penalize_logits(
-        x2d, allowed_bitmask=allowed_bitmask, masked_ids=torch.cat(masked, 1) if masked else None,
-        bias_ids=bias_ids, bias_values=bias_values, **history,
-        **(dict(repetition_penalty=penalties["repetition_penalty"]) if by_counts else penalties))
-    if by_counts:  # dense histories: the penalties in torch ops
-        x = _dense_penalties(x, rows, vocab, device, output_ids, output_counts, prompt_ids, prompt_counts,
-                             penalties)
-    if validate and index_args:
+    op = dict(allowed_bitmask=allowed_bitmask, masked_ids=torch.cat(masked, 1) if masked else None,
+              bias_ids=bias_ids, bias_values=bias_values, **history,
+              **(dict(repetition_penalty=penalties["repetition_penalty"]) if by_counts else penalties))
+    return dict(x2d=x2d, rows=rows, vocab=vocab, op=op, by_counts=by_counts, penalties=penalties,
+                index_args=index_args, device=device)
+
+
+def _validate(a):
+    """Raises for ids out of [-1, V) (one read back)."""
+    index_args, vocab, device = a["index_args"], a["vocab"], a["device"]
+    if index_args:
         lows_highs = torch.stack([torch.stack([t.min(), t.max()]) if t.numel() else
                                   torch.zeros(2, dtype=torch.int64, device=device) for _, t in index_args]).tolist()
         for (name, _), (low, high) in zip(index_args, lows_highs):
             if low < -1 or high >= vocab:
                 raise RuntimeError(f"process_logits: {name} holds ids out of [-1, {vocab}): {low} to {high}")
-    return x.reshape(shape)
 
 
 def _dense_penalties(x, rows, vocab, device, output_ids, output_counts, prompt_ids, prompt_counts, penalties):

@@ -4,6 +4,7 @@
 #include "common/parallel.h"
 #include "common/philox.h"
 #include "llm/llm_ops.h"
+#include "llm/penalties_ops.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -148,16 +149,23 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cpu(
     double temperature_value, const std::optional<at::Tensor>& top_k, int64_t top_k_value,
     const std::optional<at::Tensor>& top_p, double top_p_value, const std::optional<at::Tensor>& min_p,
     double min_p_value, const std::optional<at::Tensor>& seeds, int64_t logprobs,
-    std::optional<at::Generator> generator) {
-  const Call call = prepare(logits ? "sample_logits" : "sample_probs", input, num_samples, logits, temperature,
-                            temperature_value, top_k, top_k_value, top_p, top_p_value, min_p, min_p_value, seeds,
-                            logprobs);
+    std::optional<at::Generator> generator, const std::optional<at::Tensor>& overrides) {
+  const char* op = logits ? "sample_logits" : "sample_probs";
+  Call call = prepare(op, input, num_samples, logits, temperature, temperature_value, top_k, top_k_value, top_p,
+                      top_p_value, min_p, min_p_value, seeds, logprobs);
+  if (overrides) {  // the plan's values, then the plain CPU sampler over them
+    TORCH_CHECK(logits, op, ": overrides apply to logits only");
+    const int64_t cap = check_plan(op, *overrides, call.rows, call.v, input);
+    const at::Tensor x = apply_plan_cpu(call.x.reshape({call.rows, call.v}), *overrides, cap).view(input.sizes());
+    call = prepare(op, x, num_samples, logits, temperature, temperature_value, top_k, top_k_value, top_p, top_p_value,
+                   min_p, min_p_value, seeds, logprobs);
+  }
   // Both in the output shape, whose rows of samples are the kernels' layout.
   at::Tensor tokens = at::empty(call.out_shape, input.options().dtype(at::kLong));
   at::Tensor lp = at::empty(logprobs ? at::IntArrayRef(call.out_shape) : at::IntArrayRef{0},
                             input.options().dtype(at::kFloat));
   const PhiloxSeed seed = cpu_philox_seed(generator);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cpu", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_cpu", [&] {
     const scalar_t* x = call.x.const_data_ptr<scalar_t>();
     int64_t* tok = tokens.mutable_data_ptr<int64_t>();
     float* out_lp = logprobs ? lp.mutable_data_ptr<float>() : nullptr;

@@ -21,6 +21,9 @@ struct Call {
   bool logits = true;
   int64_t logprobs = kNoLogprobs;
   Controls controls{};
+  const int32_t* plan = nullptr;  // sample_llm(overrides=): a penalty plan's rows (penalties.h), or nullptr
+  int64_t plan_stride = 0;
+  int64_t plan_cap = 0;
   std::vector<at::Tensor> keep;     // per-row control tensors, contiguous and of the kernels' dtypes
   c10::SmallVector<int64_t, 6> out_shape;  // [..., samples]: the outputs, allocated in it (no views)
 };

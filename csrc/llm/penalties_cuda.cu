@@ -1,14 +1,17 @@
 // penalize_logits on CUDA (penalties.h states the rule): one grid-stride pass writes the
 // float32 row through the bitmask, then a block a row applies the masked ids, the bias and,
 // through a hash table of the row's history ids (in global memory, cleared by the block),
-// each distinct id's penalty once. Nothing is read back to the host.
+// each distinct id's penalty once; penalty_plan: the same rule as a plan that the samplers
+// apply in their own read of the row (a block a row). Nothing is read back to the host.
 #include "common/cuda_utils.cuh"
 #include "llm/penalties.h"
 #include "llm/penalties_ops.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAException.h>
+#include <cub/block/block_scan.cuh>
 #include <torch/library.h>
 
 #include <limits>
@@ -18,6 +21,8 @@ namespace wrs::llm {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kPlanThreads = 512;
+constexpr size_t kPlanSharedBytes = 48 * 1024;  // a table of up to 4,096 slots (2,048 ids) in shared memory
 
 struct RowArgs {
   const int32_t* bitmask;  // [B, words] or nullptr
@@ -101,6 +106,111 @@ __global__ void sparse_kernel(float* __restrict__ out, RowArgs a) {
   }
 }
 
+constexpr int32_t kSeen = 1 << 30, kMasked = 1 << 29, kCountMask = kMasked - 1;
+
+// Inserts id into a plan's ordered table (penalties.h): at each slot the larger id stays and
+// the smaller moves on, so concurrent inserts end in the one layout of the set.
+__device__ inline void insert_ordered(int32_t* keys, int64_t cap, int32_t id) {
+  volatile int32_t* slots = keys;  // reads that see the other threads' swaps
+  uint32_t h = plan_slot(id, cap);
+  while (true) {
+    const int32_t c = slots[h];
+    if (c == id) return;
+    if (c < id) {  // empty (-1) or a smaller id: take the slot
+      if (atomicCAS(keys + h, c, id) != c) continue;  // changed meanwhile: look again
+      if (c == -1) return;
+      id = c;  // the displaced id goes on along its run
+    }
+    h = (h + 1) & static_cast<uint32_t>(cap - 1);
+  }
+}
+
+// penalty_plan: a block a row builds its plan (penalties.h) in penalize_logits' order: the
+// bits and the table of listed ids, their counts and flags, then each id's value from the
+// bitmask and the masked ids, the bias, the penalties of the ids seen; last the prefixes of
+// the override bits and the values in id order. The table is built in shared memory where it
+// fits (the phases are chains of dependent probes), then copied out.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kPlanThreads) plan_kernel(const scalar_t* __restrict__ x, int32_t* __restrict__ plan,
+                                                            int64_t stride, int64_t cap, bool in_shared, RowArgs a) {
+  extern __shared__ int32_t shared_table[];
+  using Scan = cub::BlockScan<int32_t, kPlanThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int32_t carry;
+  const int64_t b = blockIdx.x;
+  int32_t* row = plan + b * stride;
+  int32_t* prefix = row + 2 * a.words;
+  float* sorted = reinterpret_cast<float*>(row + plan_values_at(a.v));
+  int32_t* scratch = row + plan_values_at(a.v) + cap;
+  int32_t* keys = in_shared ? shared_table : scratch;
+  float* values = reinterpret_cast<float*>(keys + cap);
+  int32_t* flags = keys + 2 * cap;
+  const float r = a.repetition ? a.repetition[b] : 1.0f;
+  const bool invalid = !(r > 0.0f);
+  const int32_t* bits = a.bitmask ? a.bitmask + b * a.words : nullptr;
+  for (int64_t k = threadIdx.x; k < a.words; k += blockDim.x) {
+    row[2 * k] = invalid ? 0 : bits ? bits[k] : -1;
+    row[2 * k + 1] = 0;
+  }
+  if (threadIdx.x == 0) row[3 * a.words] = 0, carry = 0;  // the pad word where W is odd (or values[0])
+  for (int64_t h = threadIdx.x; h < cap; h += blockDim.x) sorted[h] = 0.0f, keys[h] = -1, values[h] = 0.0f, flags[h] = 0;
+  __syncthreads();
+  auto each = [&](const int64_t* ids, int64_t n, auto&& fn) {
+    for (int64_t j = threadIdx.x; j < n && !invalid; j += blockDim.x) {
+      const int64_t t = ids[b * n + j];
+      if (t >= 0 && t < a.v) fn(static_cast<int32_t>(t), j);
+    }
+  };
+  if (invalid && threadIdx.x == 0) {
+    keys[plan_slot(0, cap)] = 0;
+    values[plan_slot(0, cap)] = NAN;
+    row[1] = 1;
+  }
+  auto insert = [&](int32_t t, int64_t) { insert_ordered(keys, cap, t); };
+  each(a.masked, a.n_masked, insert);
+  each(a.bias_ids, a.n_bias, insert);
+  each(a.output, a.n_output, insert);
+  each(a.prompt, a.n_prompt, insert);
+  __syncthreads();
+  each(a.masked, a.n_masked, [&](int32_t t, int64_t) { atomicOr(flags + plan_find(keys, cap, t), kMasked); });
+  each(a.output, a.n_output, [&](int32_t t, int64_t) { atomicAdd(flags + plan_find(keys, cap, t), 1); });
+  each(a.prompt, a.n_prompt, [&](int32_t t, int64_t) { atomicOr(flags + plan_find(keys, cap, t), kSeen); });
+  __syncthreads();
+  const scalar_t* xr = x + b * a.v;
+  for (int64_t h = threadIdx.x; h < cap && !invalid; h += blockDim.x) {
+    const int32_t t = keys[h];
+    if (t < 0) continue;
+    values[h] = allowed(bits, t) && !(flags[h] & kMasked) ? static_cast<float>(xr[t]) : -INFINITY;
+    atomicOr(row + 2 * (t >> 5) + 1, static_cast<int32_t>(1u << (t & 31)));
+  }
+  __syncthreads();
+  // Duplicate biased ids add in the atomics' order, as in penalize_logits.
+  each(a.bias_ids, a.n_bias,
+       [&](int32_t t, int64_t j) { atomicAdd(values + plan_find(keys, cap, t), a.bias_values[b * a.n_bias + j]); });
+  __syncthreads();
+  const PenaltyRow p{r, a.frequency ? a.frequency[b] : 0.0f, a.presence ? a.presence[b] : 0.0f};
+  for (int64_t h = threadIdx.x; h < cap && !invalid; h += blockDim.x) {
+    const int32_t f = flags[h];
+    if (keys[h] >= 0 && (f & (kSeen | kCountMask))) values[h] = penalized(values[h], f & kCountMask, p);
+  }
+  for (int64_t k0 = 0; k0 < a.words; k0 += kPlanThreads) {  // prefixes of the override bits
+    const int64_t k = k0 + threadIdx.x;
+    const int32_t n = k < a.words ? __popc(static_cast<uint32_t>(row[2 * k + 1])) : 0;
+    int32_t before, total;
+    Scan(scan).ExclusiveSum(n, before, total);
+    if (k < a.words) prefix[k] = carry + before;
+    __syncthreads();
+    if (threadIdx.x == 0) carry += total;
+    __syncthreads();
+  }
+  for (int64_t h = threadIdx.x; h < cap; h += blockDim.x) {
+    const int32_t t = keys[h];
+    if (t >= 0) sorted[plan_rank(prefix[t >> 5], static_cast<uint32_t>(row[2 * (t >> 5) + 1]), t)] = values[h];
+  }
+  if (!in_shared) return;
+  for (int64_t h = threadIdx.x; h < 3 * cap; h += blockDim.x) scratch[h] = keys[h];
+}
+
 template <typename T>
 const T* ptr(const at::Tensor& t) {
   return t.defined() ? t.const_data_ptr<T>() : nullptr;
@@ -145,8 +255,39 @@ at::Tensor penalize_logits_cuda(const at::Tensor& logits, const std::optional<at
   return out;
 }
 
+at::Tensor penalty_plan_cuda(const at::Tensor& logits, const std::optional<at::Tensor>& allowed_bitmask,
+                             const std::optional<at::Tensor>& masked_ids, const std::optional<at::Tensor>& bias_ids,
+                             const std::optional<at::Tensor>& bias_values, const std::optional<at::Tensor>& output_ids,
+                             const std::optional<at::Tensor>& prompt_ids,
+                             const std::optional<at::Tensor>& repetition_penalty,
+                             const std::optional<at::Tensor>& frequency_penalty,
+                             const std::optional<at::Tensor>& presence_penalty) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  PenaltyCall c = prepare_penalties(logits, allowed_bitmask, masked_ids, bias_ids, bias_values, output_ids,
+                                    prompt_ids, repetition_penalty, frequency_penalty, presence_penalty);
+  const int64_t cap = plan_capacity(c);
+  at::Tensor plan = at::empty({c.rows, plan_stride(c.v, cap)}, logits.options().dtype(at::kInt));
+  if (c.rows == 0) return plan;
+  const RowArgs a{ptr<int32_t>(c.bitmask), ptr<float>(c.repetition), ptr<float>(c.frequency),
+                  ptr<float>(c.presence), ptr<int64_t>(c.masked), ptr<int64_t>(c.bias_ids),
+                  ptr<float>(c.bias_values), ptr<int64_t>(c.output), ptr<int64_t>(c.prompt), cols(c.masked),
+                  cols(c.bias_ids), cols(c.output), cols(c.prompt), c.v, plan_words(c.v), nullptr, 0};
+  const size_t table_bytes = 3 * cap * sizeof(int32_t);
+  const bool in_shared = table_bytes <= kPlanSharedBytes;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.x.scalar_type(), "penalty_plan_cuda", [&] {
+    plan_kernel<scalar_t><<<static_cast<unsigned>(c.rows), kPlanThreads, in_shared ? table_bytes : 0,
+                            at::cuda::getCurrentCUDAStream()>>>(c.x.const_data_ptr<scalar_t>(), plan.data_ptr<int32_t>(),
+                                                                plan.size(1), cap, in_shared, a);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return plan;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(wrs, CUDA, m) { m.impl("penalize_logits", &penalize_logits_cuda); }
+TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
+  m.impl("penalize_logits", &penalize_logits_cuda);
+  m.impl("penalty_plan", &penalty_plan_cuda);
+}
 
 }  // namespace wrs::llm

@@ -24,4 +24,15 @@ PenaltyCall prepare_penalties(const at::Tensor& logits, const std::optional<at::
                               const std::optional<at::Tensor>& frequency_penalty,
                               const std::optional<at::Tensor>& presence_penalty);
 
+// The hash table's capacity of a penalty plan (penalties.h): a power of two >= 2 and at
+// least twice the ids the lists hold, so that probes stay short.
+int64_t plan_capacity(const PenaltyCall& c);
+
+// A plan given to sample_llm(overrides=): int32 [rows, 2W + 3C] on the input's device, C a
+// power of two >= 2. Returns C. Raises naming `overrides` otherwise.
+int64_t check_plan(const char* op, const at::Tensor& plan, int64_t rows, int64_t v, const at::Tensor& input);
+
+// The CPU sampler's view of a plan: float32 [rows, V] values of the plan's rule.
+at::Tensor apply_plan_cpu(const at::Tensor& x2d, const at::Tensor& plan, int64_t cap);
+
 }  // namespace wrs::llm

@@ -29,10 +29,10 @@
 namespace wrs::llm {
 namespace {
 
-template <typename scalar_t, bool kLogits, bool kTopK>
+template <typename scalar_t, bool kLogits, bool kTopK, bool kPlan>
 __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
     plain_kernel(const scalar_t* x, int64_t v, int64_t samples, Controls controls, at::PhiloxCudaState philox,
-                 int64_t logprob_mode, int64_t* tokens, float* logprobs, uint8_t* deferred) {
+                 int64_t logprob_mode, int64_t* tokens, float* logprobs, uint8_t* deferred, PlanArg plan) {
   extern __shared__ __align__(16) unsigned char smem[];  // top-k: over the 48 KB of static shared memory
   PlainShared& sh = *reinterpret_cast<PlainShared*>(smem);
   cg::cluster_group cluster = cg::this_cluster();
@@ -44,7 +44,10 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   const int64_t share = share_quads(v, cs);
   const int64_t q_begin = min(quads, rank * share), q_end = min(quads, (rank + 1) * share);
   const int nseg = static_cast<int>((q_end - q_begin + 31) / 32);
-  const scalar_t* xr = x + row * v;
+  const auto xr = make_row<kPlan>(plan, x, row, v, q_begin, q_end,
+                                  reinterpret_cast<int32_t*>(smem + (kTopK ? kTopKOffset + sizeof(TopKShared)
+                                                                           : kTopKOffset)),
+                                  plan.stage_words, plan.stage_values);
   const bool aligned = four_aligned(xr);
   const float scale = kLogits ? rc.inv_temperature : 1.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -207,14 +210,19 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   }
 }
 
-template <typename scalar_t, bool kLogits, bool kTopK>
+template <typename scalar_t, bool kLogits, bool kTopK, bool kPlan = false>
 void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, uint8_t* deferred,
             int cluster) {
-  const size_t smem = kTopK ? kTopKOffset + sizeof(TopKShared) : sizeof(PlainShared);
-  if (kTopK) allow_shared_memory<plain_kernel<scalar_t, kLogits, kTopK>>(smem);
-  launch_clusters(plain_kernel<scalar_t, kLogits, kTopK>, call.rows, cluster, kPlainThreads, smem,
+  PlanArg plan{call.plan, call.plan_stride, call.plan_cap};
+  const size_t base = kTopK ? kTopKOffset + sizeof(TopKShared) : kTopKOffset;
+  constexpr size_t kPlanSmem = 113 * 1024;  // two CTAs an SM (__launch_bounds__) share its 227 KB
+  if (kPlan) plan.stage_for(share_items(call.v, cluster), static_cast<int64_t>(kPlanSmem - base));
+  const size_t smem = kPlan ? base + plan.stage_bytes() : kTopK ? base : sizeof(PlainShared);
+  // The attribute is set once a device: a plan's launches take up to kPlanSmem.
+  if (kTopK || kPlan) allow_shared_memory<plain_kernel<scalar_t, kLogits, kTopK, kPlan>>(kPlan ? kPlanSmem : smem);
+  launch_clusters(plain_kernel<scalar_t, kLogits, kTopK, kPlan>, call.rows, cluster, kPlainThreads, smem,
                   call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs, tokens,
-                  logprobs, deferred);
+                  logprobs, deferred, plan);
 }
 
 }  // namespace
@@ -223,7 +231,10 @@ void launch_plain(const Call& call, const Route& route, at::PhiloxCudaState phil
                   uint8_t* deferred) {
   const bool thresholds = route.kernel == Kernel::kPlainThresholds;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_plain", [&] {
-    if (call.logits) {
+    if (call.plan) {  // penalty plans are of logits
+      thresholds ? launch<scalar_t, true, true, true>(call, philox, tokens, logprobs, deferred, route.cluster)
+                 : launch<scalar_t, true, false, true>(call, philox, tokens, logprobs, deferred, route.cluster);
+    } else if (call.logits) {
       thresholds ? launch<scalar_t, true, true>(call, philox, tokens, logprobs, deferred, route.cluster)
                  : launch<scalar_t, true, false>(call, philox, tokens, logprobs, deferred, route.cluster);
     } else {

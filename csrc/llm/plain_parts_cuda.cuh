@@ -99,8 +99,8 @@ struct MaxOf {
 
 // A warp's walk of segment `seg` (claimed, starting at `lo`) to the item at `point` over the
 // kept weights: the lane that holds it returns true, with the item and its value.
-template <typename scalar_t, bool kLogits, typename Kept>
-__device__ inline bool walk_to_point(const PlainShared& sh, int seg, double lo, double point, const scalar_t* xr,
+template <typename scalar_t, bool kLogits, typename Kept, typename RowT>
+__device__ inline bool walk_to_point(const PlainShared& sh, int seg, double lo, double point, const RowT& xr,
                                      int64_t v, int64_t q_begin, int64_t q_end, bool aligned, float scale,
                                      float row_max, Kept kept, int64_t& item, float& value) {
   const int lane = threadIdx.x % 32;
@@ -122,8 +122,8 @@ __device__ inline bool walk_to_point(const PlainShared& sh, int seg, double lo, 
 // A warp's batch of kSegsInFlight segments, seg0 + u * kPlainWarps (u < kSegsInFlight), loaded
 // before any is used (one load in flight a warp leaves most of the bandwidth unused): lane's
 // quads in y[u] and how many of their items exist (0 where `wanted` skips the segment).
-template <typename scalar_t, typename Wanted>
-__device__ inline void load_segments(const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end, int nseg,
+template <typename RowT, typename Wanted>
+__device__ inline void load_segments(const RowT& xr, int64_t v, int64_t q_begin, int64_t q_end, int nseg,
                                      bool aligned, float scale, int seg0, Wanted wanted,
                                      float (&y)[kSegsInFlight][4], int (&present)[kSegsInFlight]) {
   const int lane = threadIdx.x % 32;
@@ -138,8 +138,8 @@ __device__ inline void load_segments(const scalar_t* xr, int64_t v, int64_t q_be
 // fn(seg, y, present) for each of the CTA's segments that `wanted` picks, a warp a segment,
 // in batches (load_segments). `wanted` must be the same for the whole warp, so fn may use warp
 // collectives.
-template <typename scalar_t, typename Wanted, typename Fn>
-__device__ inline void for_segments(const scalar_t* xr, int64_t v, int64_t q_begin, int64_t q_end, int nseg,
+template <typename RowT, typename Wanted, typename Fn>
+__device__ inline void for_segments(const RowT& xr, int64_t v, int64_t q_begin, int64_t q_end, int nseg,
                                     bool aligned, float scale, Wanted wanted, Fn fn) {
   const int warp = threadIdx.x / 32;
   for (int seg0 = warp; seg0 < nseg; seg0 += kPlainWarps * kSegsInFlight) {

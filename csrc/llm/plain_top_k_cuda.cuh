@@ -12,9 +12,9 @@ static_assert(kPlainThreads == kThreads, "the select's scans assume the plain ke
 // kept key, 0 keeping every item; the same in every CTA of the cluster, which each select
 // over the whole row's lists. Phase 2 of plain_cuda.cu's comment; not inlined, so its registers do
 // not crowd the stream's.
-template <typename scalar_t, bool kLogits>
+template <typename scalar_t, bool kLogits, typename RowT>
 __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts, cg::cluster_group& cluster,
-                                                 const scalar_t* xr, int64_t v, int64_t share, bool aligned,
+                                                 RowT xr, int64_t v, int64_t share, bool aligned,
                                                  float scale, float row_max, const RowControls& rc) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned cs = cluster.num_blocks(), rank = cluster.block_rank();

@@ -22,8 +22,8 @@ namespace {
 // range; rounds past the range's length count in the block counter's high word. All CTAs of
 // the cluster take the same decisions.
 
-template <typename scalar_t, bool kLogits>
-__device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluster_group& cluster, const scalar_t* xr,
+template <typename scalar_t, bool kLogits, typename RowT>
+__device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluster_group& cluster, RowT xr,
                                                      int64_t v, int64_t q_begin, int64_t q_end, int nseg, bool aligned,
                                                      float scale, float row_max, const RowControls& rc,
                                                      double (&seg_weight)[kSegsPerThread],

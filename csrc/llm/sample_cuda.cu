@@ -15,6 +15,7 @@
 #include "common/philox_cuda.cuh"
 #include "llm/dispatch_cuda.h"
 #include "llm/llm_ops.h"
+#include "llm/penalties_ops.h"
 #include "llm/plain_cuda.cuh"
 #include "llm/segments_cuda.cuh"
 #include "llm/select_cuda.cuh"
@@ -51,6 +52,7 @@ struct Args {
   scalar_t* filtered;  // filter_logits' output, or nullptr
   bool resident;       // shared memory holds kResident values after Shared
   const uint8_t* only;  // where given, the rows to serve (those the plain kernel deferred)
+  PlanArg plan;
 };
 
 // What a pass reduces: the best value (stats: the largest y; race: the largest key) and its
@@ -120,9 +122,9 @@ static_assert(kValsOffset + kResident * sizeof(float) <= 227 * 1024, "a resident
 
 // This CTA's share of a row: quads [q_begin, q_end); its values y (x / T for logits) come
 // from device memory, or from shared memory once `resident` (vals[j] is item 4 q_begin + j).
-template <bool kLogits, typename scalar_t>
+template <bool kLogits, typename RowT>
 struct Row {
-  const scalar_t* xr;
+  RowT xr;
   int64_t v, q_begin, q_end;
   float inv_t, ymax;
   int bits;
@@ -217,8 +219,8 @@ __device__ __noinline__ void merge_histograms(Shared& sh, bool wide, uint32_t* c
 
 // One histogram pass at `level` (items in `prefix`, key >= floor), summed over the
 // cluster into (count, mass).
-template <bool kLogits, typename scalar_t>
-__device__ void histogram_pass(Shared& sh, const Row<kLogits, scalar_t>& row, int level, uint32_t prefix,
+template <bool kLogits, typename RowT>
+__device__ void histogram_pass(Shared& sh, const Row<kLogits, RowT>& row, int level, uint32_t prefix,
                                uint32_t floor, uint32_t* count, uint64_t* mass, cg::cluster_group& cluster) {
   for (int b = threadIdx.x; b < kBins; b += kThreads) {
     sh.local.count[b] = 0;
@@ -247,8 +249,8 @@ __device__ uint64_t histogram_mass(Shared& sh) {
 // The largest key t such that the items with key >= max(t, floor) reach `target` (in
 // count, or in mass), and their count and mass (ge). Level 1 is the shared histogram;
 // levels 2 and 3 are passes over the row.
-template <bool kLogits, typename scalar_t>
-__device__ uint32_t select(Shared& sh, const Row<kLogits, scalar_t>& row, bool by_mass, uint64_t target,
+template <bool kLogits, typename RowT>
+__device__ uint32_t select(Shared& sh, const Row<kLogits, RowT>& row, bool by_mass, uint64_t target,
                            uint32_t floor, CountMass& ge, cg::cluster_group& cluster) {
   Boundary b = find_boundary(sh.l1_count, sh.l1_mass, CountMass{0, 0}, target, by_mass, sh.scan, &sh.boundary);
   uint32_t prefix = 0;
@@ -273,8 +275,8 @@ __device__ uint32_t select(Shared& sh, const Row<kLogits, scalar_t>& row, bool b
 // Histogram passes then skip the items below it, which on peaked LLM rows are nearly all of
 // them, and add no atomics for them. Also returns the row's exact total mass (top-p without
 // top-k needs it, and the floored level-1 histogram no longer holds it).
-template <bool kLogits, typename scalar_t>
-__device__ uint32_t threshold_floor(Shared& sh, const Row<kLogits, scalar_t>& r, const RowControls& rc,
+template <bool kLogits, typename RowT>
+__device__ uint32_t threshold_floor(Shared& sh, const Row<kLogits, RowT>& r, const RowControls& rc,
                                    uint64_t& total, cg::cluster_group& cluster) {
   for (int b = threadIdx.x; b < kBins; b += kThreads) {
     sh.local.count[b] = 0;
@@ -319,8 +321,8 @@ __device__ uint32_t threshold_floor(Shared& sh, const Row<kLogits, scalar_t>& r,
 // over the CTA and the cluster; the segment holding the point is walked by one warp. Where
 // float64 rounding leaves the point between two ranges, the largest value is drawn (the
 // fallback written first), with probability about 2^-50.
-template <bool kLogits, typename scalar_t, typename Keeps>
-__device__ void draw_inverse_cdf(Shared& sh, const Row<kLogits, scalar_t>& r, Keeps&& keeps, const Args<scalar_t>& a,
+template <bool kLogits, typename scalar_t, typename RowT, typename Keeps>
+__device__ void draw_inverse_cdf(Shared& sh, const Row<kLogits, RowT>& r, Keeps&& keeps, const Args<scalar_t>& a,
                                  int64_t row, int64_t rank, float raw_norm, uint64_t key, uint64_t offset,
                                  uint64_t sub, int64_t fallback, cg::cluster_group& cluster) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -400,7 +402,7 @@ __device__ void draw_inverse_cdf(Shared& sh, const Row<kLogits, scalar_t>& r, Ke
   }
 }
 
-template <typename scalar_t, bool kLogits>
+template <typename scalar_t, bool kLogits, bool kPlan>
 __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
@@ -411,9 +413,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   const RowControls rc = row_controls(a.controls, row);
   const int64_t quads = (a.v + 3) / 4;
   const int64_t share = share_quads(a.v, cs);
-  Row<kLogits, scalar_t> r{a.x + row * a.v, a.v, min(quads, rank * share), min(quads, (rank + 1) * share),
-                           rc.inv_temperature, 0.0f, a.mass_bits, rc.top_p_on(), false,
-                           reinterpret_cast<float*>(smem + kValsOffset)};
+  // No staging: the sample kernel's shared memory holds resident rows.
+  Row<kLogits, RowOf<kPlan, scalar_t>> r{make_row<kPlan>(a.plan, a.x, row, a.v, 0, 0, nullptr, 0, 0), a.v,
+                                         min(quads, rank * share), min(quads, (rank + 1) * share),
+                                         rc.inv_temperature, 0.0f, a.mass_bits, rc.top_p_on(), false,
+                                         reinterpret_cast<float*>(smem + kValsOffset)};
   const bool filter = a.filtered != nullptr;
   const bool want_lse = a.logprobs != nullptr;
   scalar_t* out = filter ? a.filtered + row * a.v : nullptr;
@@ -524,7 +528,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
     if (rank == 0 && threadIdx.x == 0) {
       a.tokens[row * a.samples + s] = race.index;
       if (a.logprobs) {
-        const float y = static_cast<float>(r.xr[race.index]) * (kLogits ? r.inv_t : 1.0f);
+        const float y = item_value(r.xr, a.v, race.index) * (kLogits ? r.inv_t : 1.0f);
         const float l = kLogits ? y : __logf(y);
         const float norm = a.logprob_mode == kRaw && need_stats ? stats.m + __logf(stats.s) : race.m + __logf(race.s);
         a.logprobs[row * a.samples + s] = l - norm;
@@ -533,11 +537,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   }
 }
 
-template <typename scalar_t, bool kLogits>
+template <typename scalar_t, bool kLogits, bool kPlan = false>
 void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {
-  auto kernel = sample_kernel<scalar_t, kLogits>;
+  auto kernel = sample_kernel<scalar_t, kLogits, kPlan>;
   const size_t smem = resident ? kValsOffset + kResident * sizeof(float) : sizeof(Shared);
-  allow_shared_memory<sample_kernel<scalar_t, kLogits>>(kValsOffset + kResident * sizeof(float));
+  allow_shared_memory<sample_kernel<scalar_t, kLogits, kPlan>>(kValsOffset + kResident * sizeof(float));
   launch_clusters(kernel, call.rows, cluster, kThreads, smem, a);
 }
 
@@ -546,8 +550,11 @@ void run(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* l
          const uint8_t* only = nullptr) {
   const Route r = sample_route(call, device_sms());
   Args<scalar_t> a{call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs,
-                   mass_bits(call.v), tokens, logprobs, filtered, r.resident, only};
-  if (call.logits) {
+                   mass_bits(call.v), tokens, logprobs, filtered, r.resident, only,
+                   PlanArg{call.plan, call.plan_stride, call.plan_cap}};
+  if (call.plan) {  // penalty plans are of logits
+    launch<scalar_t, true, true>(call, a, r.cluster, r.resident);
+  } else if (call.logits) {
     launch<scalar_t, true>(call, a, r.cluster, r.resident);
   } else {
     launch<scalar_t, false>(call, a, r.cluster, r.resident);
@@ -559,11 +566,18 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cuda(
     double temperature_value, const std::optional<at::Tensor>& top_k, int64_t top_k_value,
     const std::optional<at::Tensor>& top_p, double top_p_value, const std::optional<at::Tensor>& min_p,
     double min_p_value, const std::optional<at::Tensor>& seeds, int64_t logprobs,
-    std::optional<at::Generator> generator) {
+    std::optional<at::Generator> generator, const std::optional<at::Tensor>& overrides) {
   const c10::cuda::CUDAGuard guard(input.device());
-  const Call call = prepare(logits ? "sample_logits" : "sample_probs", input, num_samples, logits, temperature,
-                            temperature_value, top_k, top_k_value, top_p, top_p_value, min_p, min_p_value, seeds,
-                            logprobs);
+  const char* op = logits ? "sample_logits" : "sample_probs";
+  Call call = prepare(op, input, num_samples, logits, temperature, temperature_value, top_k, top_k_value, top_p,
+                      top_p_value, min_p, min_p_value, seeds, logprobs);
+  if (overrides) {  // the kernels read each row through the plan
+    TORCH_CHECK(logits, op, ": overrides apply to logits only");
+    call.plan_cap = check_plan(op, *overrides, call.rows, call.v, input);
+    call.keep.push_back(overrides->contiguous());
+    call.plan = call.keep.back().const_data_ptr<int32_t>();
+    call.plan_stride = overrides->size(1);
+  }
   // Both in the output shape, whose rows of samples are the kernels' layout.
   at::Tensor tokens = at::empty(call.out_shape, input.options().dtype(at::kLong));
   at::Tensor lp = at::empty(logprobs ? at::IntArrayRef(call.out_shape) : at::IntArrayRef{0},

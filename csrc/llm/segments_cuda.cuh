@@ -2,7 +2,11 @@
 // Warp-level pieces the LLM kernels share (plain_cuda.cu, sample_cuda.cu, speculative_cuda.cu):
 // a row is read as quads of four items, a warp's 32 quads being one 128-item segment, whose
 // weights are summed in float64 and, for the draw, walked in row order.
+#include "llm/penalties.h"
+
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace wrs::llm {
 
@@ -29,6 +33,138 @@ __device__ inline int load_four(const scalar_t* xr, int64_t v, int64_t q, bool a
 template <typename scalar_t>
 __device__ inline bool four_aligned(const scalar_t* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(Four<scalar_t>) == 0;
+}
+
+// A row as the samplers read it. RawRow is the input pointer alone, so kernels without a
+// penalty plan are those of a plain row; PlanRow reads the row through a plan (penalties.h),
+// its CTA's share of the prefixes and override values staged in shared memory (stage_plan)
+// so that an overridden item costs a shared-memory read, not a dependent trip to L2.
+template <typename scalar_t>
+struct RawRow {
+  const scalar_t* x;
+};
+
+template <typename scalar_t>
+struct PlanRow {
+  const scalar_t* x;
+  const int32_t* plan;    // the row's plan
+  const int32_t* staged;  // shared: prefix[k0, k0 + words), then values[n0, n0 + values)
+  int k0, words, n0, values;
+  int cap;
+};
+
+template <bool kPlan, typename scalar_t>
+using RowOf = std::conditional_t<kPlan, PlanRow<scalar_t>, RawRow<scalar_t>>;
+
+template <typename scalar_t>
+__device__ inline bool four_aligned(const RawRow<scalar_t>& s) {
+  return four_aligned(s.x);
+}
+template <typename scalar_t>
+__device__ inline bool four_aligned(const PlanRow<scalar_t>& s) {
+  return four_aligned(s.x);
+}
+
+// A call's penalty plan as the kernels take it (base nullptr: none).
+struct PlanArg {
+  const int32_t* base;
+  int64_t stride;
+  int64_t cap;
+  int stage_words = 0;  // what a CTA may stage in shared memory (make_row)
+  int stage_values = 0;
+  // The staging a CTA over `items` of a row takes: up to 2,048 values and its words'
+  // prefixes, within `budget` bytes (the rest are read from the plan in device memory).
+  static constexpr int64_t kMaxStageValues = 2048;
+  void stage_for(int64_t items, int64_t budget) {
+    stage_values = static_cast<int>(kMaxStageValues);
+    const int64_t fit = budget / static_cast<int64_t>(sizeof(int32_t)) - kMaxStageValues;
+    stage_words = static_cast<int>(std::max<int64_t>(0, std::min((items + 31) / 32 + 1, fit)));
+  }
+  size_t stage_bytes() const { return base ? sizeof(int32_t) * (stage_words + stage_values) : 0; }
+};
+
+// Item t's override value (its override bit set in `over`): staged where the CTA staged it,
+// else from the plan in device memory.
+template <typename scalar_t>
+__device__ inline float override_value(const PlanRow<scalar_t>& s, int64_t v, uint32_t over, int64_t t) {
+  const int64_t k = t >> 5, kk = k - s.k0;
+  const int32_t pre = kk >= 0 && kk < s.words ? s.staged[kk] : s.plan[2 * plan_words(v) + k];
+  const int64_t i = plan_rank(pre, over, t), j = i - s.n0;
+  if (j >= 0 && j < s.values) return __int_as_float(s.staged[s.words + j]);
+  return i >= 0 && i < s.cap ? __int_as_float(s.plan[plan_values_at(v) + i]) : NAN;
+}
+
+// Row `row`'s reader; with a plan, the CTA stages the prefixes of the words over quads
+// [q_begin, q_end) and their override values (up to `max_words` and `max_values`) in
+// `staging` (shared memory) and synchronises the block. Every thread of the block calls it.
+template <bool kPlan, typename scalar_t>
+__device__ inline RowOf<kPlan, scalar_t> make_row(const PlanArg& p, const scalar_t* x, int64_t row, int64_t v,
+                                                   int64_t q_begin, int64_t q_end, int32_t* staging, int max_words,
+                                                   int max_values) {
+  if constexpr (!kPlan) {
+    return {x + row * v};
+  } else {
+    PlanRow<scalar_t> r{x + row * v, p.base + row * p.stride, staging, 0, 0, 0, 0, static_cast<int>(p.cap)};
+    const int64_t words = plan_words(v), k0 = q_begin >> 3, k1 = min(words, (q_end + 7) >> 3);
+    const int32_t* prefix = r.plan + 2 * words;
+    r.k0 = static_cast<int>(k0);
+    if (k1 > k0 && k1 - k0 <= max_words) {
+      r.words = static_cast<int>(k1 - k0);
+      r.n0 = prefix[k0];
+      const int64_t n1 = k1 < words ? prefix[k1] : p.cap;
+      r.values = static_cast<int>(max(int64_t{0}, min(n1 - r.n0, static_cast<int64_t>(max_values))));
+      for (int j = threadIdx.x; j < r.words; j += blockDim.x) staging[j] = prefix[k0 + j];
+      for (int j = threadIdx.x; j < r.values; j += blockDim.x) staging[r.words + j] = r.plan[plan_values_at(v) + r.n0 + j];
+      __syncthreads();
+    }
+    return r;
+  }
+}
+
+// A plan's rule over items 4q .. 4q + 3 (their raw values, times scale, in y): one 8-byte
+// load gives the allowed and override bits of 32 items.
+template <typename scalar_t>
+__device__ inline void apply_plan(const PlanRow<scalar_t>& s, int64_t v, int64_t q, int present, float scale,
+                                  float (&y)[4]) {
+  const uint2 w = reinterpret_cast<const uint2*>(s.plan)[q >> 3];
+  const int shift = static_cast<int>(4 * (q & 7));
+  const uint32_t allowed = (w.x >> shift) & 0xFu, over = (w.y >> shift) & 0xFu;
+  if ((allowed & ~over) == 0xFu) return;
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    if (h >= present) continue;
+    if ((over >> h) & 1u) {
+      y[h] = override_value(s, v, w.y, 4 * q + h) * scale;
+    } else if (!((allowed >> h) & 1u)) {
+      y[h] = -INFINITY;
+    }
+  }
+}
+
+template <typename scalar_t>
+__device__ inline int load_four(const RawRow<scalar_t>& s, int64_t v, int64_t q, bool aligned, float scale,
+                                float (&y)[4]) {
+  return load_four(s.x, v, q, aligned, scale, y);
+}
+
+template <typename scalar_t>
+__device__ inline int load_four(const PlanRow<scalar_t>& s, int64_t v, int64_t q, bool aligned, float scale,
+                                float (&y)[4]) {
+  const int present = load_four(s.x, v, q, aligned, scale, y);
+  apply_plan(s, v, q, present, scale, y);
+  return present;
+}
+
+// Item i's value, unscaled.
+template <typename scalar_t>
+__device__ inline float item_value(const RawRow<scalar_t>& s, int64_t, int64_t i) {
+  return static_cast<float>(s.x[i]);
+}
+template <typename scalar_t>
+__device__ inline float item_value(const PlanRow<scalar_t>& s, int64_t v, int64_t i) {
+  const uint32_t allowed = static_cast<uint32_t>(s.plan[2 * (i >> 5)]), over = static_cast<uint32_t>(s.plan[2 * (i >> 5) + 1]);
+  if ((over >> (i & 31)) & 1u) return override_value(s, v, over, i);
+  return ((allowed >> (i & 31)) & 1u) ? static_cast<float>(s.x[i]) : -INFINITY;
 }
 
 __device__ inline double lane_sum(const float (&w)[4]) {

@@ -33,8 +33,6 @@ struct TopPShared {
     typename cub::BlockReduce<Masses, kThreads>::TempStorage mass_reduce;
   };
   float row_max;
-  double2 pair;
-  Masses masses;
   int claim[2];  // the thread whose range holds each proposal's point
   double lo[2];  // where that range starts
   int64_t pick[2];
@@ -49,8 +47,8 @@ struct TopPShared {
 };
 
 // fn(y, present) for each batch of this thread's quads, loaded before any is used.
-template <int kThreads, typename scalar_t, typename Fn>
-__device__ inline void for_quads(const scalar_t* xr, int64_t v, int64_t quads, bool aligned, float scale, Fn fn) {
+template <int kThreads, typename RowT, typename Fn>
+__device__ inline void for_quads(const RowT& xr, int64_t v, int64_t quads, bool aligned, float scale, Fn fn) {
   for (int64_t q0 = threadIdx.x; q0 < quads; q0 += int64_t{kThreads} * kTopPBatch) {
     float y[kTopPBatch][4];
     int present[kTopPBatch];
@@ -66,8 +64,8 @@ __device__ inline void for_quads(const scalar_t* xr, int64_t v, int64_t quads, b
 // Warp-wide: the item of thread `owner`'s quads (in their order) where their cumulative weight
 // passes `target`, or where rounding leaves it past their total, the last with weight. The
 // lane holding it returns true with the item and its value.
-template <int kThreads, typename scalar_t, typename Weight>
-__device__ inline bool walk_owner(const scalar_t* xr, int64_t v, int64_t quads, bool aligned, float scale, int owner,
+template <int kThreads, typename RowT, typename Weight>
+__device__ inline bool walk_owner(const RowT& xr, int64_t v, int64_t quads, bool aligned, float scale, int owner,
                                   double target, Weight weight, int64_t& item, float& value) {
   const int lane = threadIdx.x % 32;
   const int64_t count = owner < quads ? (quads - 1 - owner) / kThreads + 1 : 0;
@@ -109,15 +107,16 @@ __device__ inline bool walk_owner(const scalar_t* xr, int64_t v, int64_t quads, 
   return true;
 }
 
-template <typename scalar_t, bool kLogits, int kThreads>
+template <typename scalar_t, bool kLogits, int kThreads, bool kPlan>
 __global__ void __launch_bounds__(kThreads, 1024 / kThreads)  // 64 registers: two CTAs of 512 an SM
     top_p_kernel(const scalar_t* x, int64_t v, Controls controls, at::PhiloxCudaState philox, int64_t* tokens,
-                 float* logprobs) {
+                 float* logprobs, PlanArg plan) {
   __shared__ TopPShared<kThreads> sh;
   const int64_t row = blockIdx.x;
   const RowControls rc = row_controls(controls, row);
   const int64_t quads = (v + 3) / 4;
-  const scalar_t* xr = x + row * v;
+  extern __shared__ int32_t staging[];  // a plan's prefixes and values (kPlan)
+  const auto xr = make_row<kPlan>(plan, x, row, v, 0, quads, staging, plan.stage_words, plan.stage_values);
   const bool aligned = four_aligned(xr);
   const float scale = kLogits ? rc.inv_temperature : 1.0f;
   const int warp = threadIdx.x / 32;
@@ -281,11 +280,16 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)  // 64 registers: t
   }
 }
 
-template <typename scalar_t, bool kLogits, int kThreads>
+template <typename scalar_t, bool kLogits, int kThreads, bool kPlan = false>
 void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs) {
-  top_p_kernel<scalar_t, kLogits, kThreads>
-      <<<static_cast<unsigned>(call.rows), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-          call.x.const_data_ptr<scalar_t>(), call.v, call.controls, philox, tokens, logprobs);
+  PlanArg plan{call.plan, call.plan_stride, call.plan_cap};
+  constexpr int64_t kPlanSmem = (kThreads == 1024 ? 200 : 100) * 1024;  // beside TopPShared, 1 or 2 CTAs an SM
+  if (kPlan) plan.stage_for(call.v, kPlanSmem);
+  // The attribute is set once a device: a plan's launches take up to kPlanSmem.
+  if (kPlan) allow_shared_memory<top_p_kernel<scalar_t, kLogits, kThreads, kPlan>>(kPlanSmem);
+  top_p_kernel<scalar_t, kLogits, kThreads, kPlan>
+      <<<static_cast<unsigned>(call.rows), kThreads, plan.stage_bytes(), at::cuda::getCurrentCUDAStream()>>>(
+          call.x.const_data_ptr<scalar_t>(), call.v, call.controls, philox, tokens, logprobs, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -295,7 +299,10 @@ void launch_top_p(const Call& call, const Route& route, at::PhiloxCudaState phil
                   float* logprobs) {
   const bool wide = route.threads == 1024;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_top_p", [&] {
-    if (call.logits) {
+    if (call.plan) {  // penalty plans are of logits
+      wide ? launch<scalar_t, true, 1024, true>(call, philox, tokens, logprobs)
+           : launch<scalar_t, true, 512, true>(call, philox, tokens, logprobs);
+    } else if (call.logits) {
       wide ? launch<scalar_t, true, 1024>(call, philox, tokens, logprobs)
            : launch<scalar_t, true, 512>(call, philox, tokens, logprobs);
     } else {

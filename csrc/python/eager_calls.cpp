@@ -26,7 +26,7 @@ using OptTensor = std::optional<at::Tensor>;
 using SampleLlmFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_t, bool, const OptTensor&, double,
                                                        const OptTensor&, int64_t, const OptTensor&, double,
                                                        const OptTensor&, double, const OptTensor&, int64_t,
-                                                       std::optional<at::Generator>);
+                                                       std::optional<at::Generator>, const OptTensor&);
 using SpeculativeFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                                          std::optional<at::Generator>);
 
@@ -71,11 +71,11 @@ std::tuple<at::Tensor, at::Tensor> sample_llm(const at::Tensor& input, int64_t n
                                               const OptTensor& top_k, int64_t top_k_value, const OptTensor& top_p,
                                               double top_p_value, const OptTensor& min_p, double min_p_value,
                                               const OptTensor& seeds, int64_t logprobs,
-                                              std::optional<at::Generator> generator) {
+                                              std::optional<at::Generator> generator, const OptTensor& overrides) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("wrs::sample_llm", "").typed<SampleLlmFn>();
   const py::gil_scoped_release no_gil;
   return op.call(input, num_samples, logits, temperature, temperature_value, top_k, top_k_value, top_p, top_p_value,
-                 min_p, min_p_value, seeds, logprobs, std::move(generator));
+                 min_p, min_p_value, seeds, logprobs, std::move(generator), overrides);
 }
 
 std::tuple<at::Tensor, at::Tensor> speculative_accept(const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
