@@ -55,7 +55,7 @@ def test_plan_encodes_process_logits_exactly(device, dtype):
     x = (torch.randn(6, 300, generator=g) * 3).to(device, dtype)
     kw = _kw(6, 300, device, g, rep=torch.tensor([1.3, 0.7, -1.0, 1.0, 2.0, 1.1], device=device))
     want = torch_wrs.process_logits(x, **kw)
-    got = _decode(torch_wrs.penalties.plan(x, **kw), x)
+    got = _decode(torch_wrs.penalties._plan(x, **kw), x)
     # Row 2 (repetition <= 0) is invalid: all NaN there, a NaN item in the plan (an invalid row).
     assert bool(want[2].isnan().all()) and bool(got[2].isnan().any())
     valid = [0, 1, 3, 4, 5]
@@ -68,9 +68,9 @@ def test_plan_with_long_histories_and_no_lists(device):
     kw = dict(output_ids=torch.randint(-1, 70, (3, 600), generator=g).to(device),
               prompt_ids=torch.randint(-1, 70, (3, 300), generator=g).to(device), repetition_penalty=1.7,
               frequency_penalty=0.05)
-    assert torch.equal(_decode(torch_wrs.penalties.plan(x, **kw), x), torch_wrs.process_logits(x, **kw))
+    assert torch.equal(_decode(torch_wrs.penalties._plan(x, **kw), x), torch_wrs.process_logits(x, **kw))
     bits = torch.full((3, 3), 0x55555555, dtype=torch.int32, device=device)
-    plan = torch_wrs.penalties.plan(x, allowed_bitmask=bits)
+    plan = torch_wrs.penalties._plan(x, allowed_bitmask=bits)
     assert plan.shape == (3, 3 * 3 + 1 + 4 * 2)  # words, prefixes (padded to even), the smallest table
     assert torch.equal(_decode(plan, x), torch_wrs.process_logits(x, allowed_bitmask=bits))
 
@@ -97,7 +97,7 @@ def _both(x, kw, controls, seed, **extra):
 
 @pytest.mark.parametrize("controls", CONTROLS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "none")
 def test_fused_draws_are_process_then_sample(device, controls, monkeypatch):
-    monkeypatch.setattr(torch_wrs.penalties, "FUSE_MIN_ROWS", 1)  # fused on CUDA too
+    monkeypatch.setattr(torch_wrs.penalties, "_FUSE_MIN_ROWS", 1)  # fused on CUDA too
     g = torch.Generator().manual_seed(2)
     x = (torch.randn(16, 3000, generator=g) * 2).to(device)
     kw = _kw(16, 3000, device, g, rep=torch.tensor([1.2] * 15 + [0.0], device=device))
@@ -122,12 +122,12 @@ def test_fused_cases_cover_every_route():
 
 
 def test_fusing_route():
-    """The fused pass's method table: every CPU call; CUDA calls of FUSE_MIN_ROWS rows or more."""
-    assert torch_wrs.penalties.fuses(torch.empty(1, 10))
+    """The fused pass's method table: every CPU call; CUDA calls of _FUSE_MIN_ROWS rows or more."""
+    assert torch_wrs.penalties._fuses(torch.empty(1, 10))
     if torch.cuda.is_available():
-        n = torch_wrs.penalties.FUSE_MIN_ROWS
-        assert not torch_wrs.penalties.fuses(torch.empty(n - 1, 10, device="cuda"))
-        assert torch_wrs.penalties.fuses(torch.empty(2, n // 2, 10, device="cuda"))
+        n = torch_wrs.penalties._FUSE_MIN_ROWS
+        assert not torch_wrs.penalties._fuses(torch.empty(n - 1, 10, device="cuda"))
+        assert torch_wrs.penalties._fuses(torch.empty(2, n // 2, 10, device="cuda"))
 
 
 @requires_cuda
@@ -135,7 +135,7 @@ def test_fusing_route():
 @pytest.mark.parametrize("rows", [1, 200])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_fused_draws_on_every_route(v, rows, dtype, monkeypatch):
-    monkeypatch.setattr(torch_wrs.penalties, "FUSE_MIN_ROWS", 1)  # the fused kernels at one row too
+    monkeypatch.setattr(torch_wrs.penalties, "_FUSE_MIN_ROWS", 1)  # the fused kernels at one row too
     g = torch.Generator().manual_seed(3)
     x = (torch.randn(rows, v, generator=g) * 2).to("cuda", dtype)
     kw = _kw(rows, v, "cuda", g)
@@ -189,7 +189,7 @@ def test_materialised_paths_and_errors(device):
         torch_wrs.sample_logits(x, process=dict(top_p=0.9))
     with pytest.raises(RuntimeError, match="banned_ids holds ids out of"):
         torch_wrs.sample_logits(x, process=dict(banned_ids=torch.tensor([500], device=device)))
-    plan = torch_wrs.penalties.plan(x, **kw)
+    plan = torch_wrs.penalties._plan(x, **kw)
     with pytest.raises(RuntimeError, match="overrides must be a penalty plan"):
         torch.ops.wrs.sample_llm(x, 1, overrides=plan[:, :-1])
     with pytest.raises(RuntimeError, match="overrides must be a penalty plan"):
@@ -199,7 +199,7 @@ def test_materialised_paths_and_errors(device):
 
 
 def test_batched_leading_dimensions_and_non_contiguous(device, monkeypatch):
-    monkeypatch.setattr(torch_wrs.penalties, "FUSE_MIN_ROWS", 1)
+    monkeypatch.setattr(torch_wrs.penalties, "_FUSE_MIN_ROWS", 1)
     g = torch.Generator().manual_seed(6)
     x = torch.randn(2, 3, 1000, generator=g).to(device)[..., ::2]  # a strided view
     kw = dict(output_ids=torch.randint(-1, 500, (6, 30), generator=g).to(device), repetition_penalty=1.5,
@@ -231,8 +231,8 @@ def test_cuda_plan_is_the_cpu_plan_bit_for_bit():
     x = (torch.randn(8, 5000, generator=g) * 2).to(torch.bfloat16)
     kw = _kw(8, 5000, "cpu", g, rep=torch.tensor([1.2] * 7 + [-1.0]))
     kw["output_ids"] = torch.randint(-1, 5000, (8, 3000), generator=g)  # collisions and long runs
-    cpu = torch_wrs.penalties.plan(x, **kw)
+    cpu = torch_wrs.penalties._plan(x, **kw)
     cuda_kw = {k: (v.cuda() if isinstance(v, torch.Tensor) else tuple(t.cuda() for t in v) if isinstance(v, tuple)
                    else v) for k, v in kw.items()}
     for _ in range(3):
-        assert torch.equal(torch_wrs.penalties.plan(x.cuda(), **cuda_kw).cpu(), cpu)
+        assert torch.equal(torch_wrs.penalties._plan(x.cuda(), **cuda_kw).cpu(), cpu)

@@ -6,6 +6,7 @@ import datetime
 import torch
 
 import torch_wrs
+from . import penalties
 from .benchmark_llm import _llm_logits, graphed
 
 V = 128_256
@@ -66,8 +67,9 @@ def run(args):
         row(b, "process_logits + sampling (temperature, top-k, top-p)",
             graphed(lambda: torch_wrs.sample_logits(torch_wrs.process_logits(x, **kw), **controls)),
             alone)
-        row(b, "sampling with process= (the pass fused into the read; temperature, top-k, top-p)",
-            graphed(lambda: torch_wrs.sample_logits(x, **controls, process=kw)), alone)
+        ops = dict(temperature_value=0.7, top_k_value=50, top_p_value=0.9)  # `controls` as the op takes them
+        row(b, "the pass fused into the sampler's read (penalty_plan, then sample_llm(overrides=))",
+            graphed(lambda: torch.ops.wrs.sample_llm(x, 1, overrides=penalties._plan(x, **kw), **ops)), alone)
         row(b, "the pass and sampling in torch ops (sort, softmax, multinomial)",
             graphed(lambda: _torch_reference(x, kw, **controls)), alone)
         row(b, "top_logprobs=20", graphed(lambda: torch_wrs.sample_logits(x, top_logprobs=20,

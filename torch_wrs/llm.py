@@ -228,9 +228,9 @@ def sample_logits(
         if not isinstance(process, dict):
             raise RuntimeError(f"sample_logits: process must be a dict of process_logits' keywords, "
                                f"got {type(process).__name__}")
-        fuse = penalties.fuses(logits) and not (check or top_logprobs or extras.active(typical_p, top_n_sigma) or
+        fuse = penalties._fuses(logits) and not (check or top_logprobs or extras.active(typical_p, top_n_sigma) or
                                                 (not replacement and num_samples > 1))
-        overrides = penalties.plan(logits, **process) if fuse else None
+        overrides = penalties._plan(logits, **process) if fuse else None
         if overrides is None:
             logits = penalties.process_logits(logits, **process)
     if top_logprobs or extras.active(typical_p, top_n_sigma):

@@ -128,18 +128,18 @@ def process_logits(
 # CUDA calls of fewer rows take process_logits first: at one row of 128,256 the plan's block
 # (20 us of dependent phases) and the plan's reads cost more than the pass they save
 # (docs/llm.md, "The pass before sampling").
-FUSE_MIN_ROWS = 64
+_FUSE_MIN_ROWS = 64
 
 
-def fuses(logits: torch.Tensor) -> bool:
+def _fuses(logits: torch.Tensor) -> bool:
     """Whether sample_logits(process=...) applies the pass in the sampler's read of the row
-    (the method table of the fused pass; every CPU call, CUDA calls of FUSE_MIN_ROWS rows or
+    (the method table of the fused pass; every CPU call, CUDA calls of _FUSE_MIN_ROWS rows or
     more)."""
     rows = logits.numel() // max(1, logits.shape[-1]) if logits.dim() else 1
-    return not logits.is_cuda or rows >= FUSE_MIN_ROWS
+    return not logits.is_cuda or rows >= _FUSE_MIN_ROWS
 
 
-def plan(logits: torch.Tensor, validate: bool = True, **process) -> Optional[torch.Tensor]:
+def _plan(logits: torch.Tensor, validate: bool = True, **process) -> Optional[torch.Tensor]:
     """process_logits' keywords as a penalty plan (torch.ops.wrs.penalty_plan) that
     sample_llm applies in its read of the row, or None where the histories are dense counts
     (those take torch ops over a materialised row)."""
