@@ -1,7 +1,8 @@
 #pragma once
-// Warp-level pieces the LLM kernels share (plain_cuda.cu, sample_cuda.cu, speculative_cuda.cu):
-// a row is read as quads of four items, a warp's 32 quads being one 128-item segment, whose
-// weights are summed in float64 and, for the draw, walked in row order.
+// Warp-level pieces the LLM kernels share (plain_cuda.cu, sample_cuda.cu, top_p_cuda.cu,
+// speculative_cuda.cu): a row is read as quads of four items, raw or through a penalty plan
+// (RawRow, PlanRow), a warp's 32 quads being one 128-item segment, whose weights are summed
+// in float64 and, for the draw, walked in row order.
 #include "llm/penalties.h"
 
 #include <algorithm>
@@ -37,7 +38,7 @@ __device__ inline bool four_aligned(const scalar_t* p) {
 
 // A row as the samplers read it. RawRow is the input pointer alone, so kernels without a
 // penalty plan are those of a plain row; PlanRow reads the row through a plan (penalties.h),
-// its CTA's share of the prefixes and override values staged in shared memory (stage_plan)
+// its CTA's share of the prefixes and override values staged in shared memory (make_row)
 // so that an overridden item costs a shared-memory read, not a dependent trip to L2.
 template <typename scalar_t>
 struct RawRow {
@@ -110,8 +111,10 @@ __device__ inline RowOf<kPlan, scalar_t> make_row(const PlanArg& p, const scalar
     r.k0 = static_cast<int>(k0);
     if (k1 > k0 && k1 - k0 <= max_words) {
       r.words = static_cast<int>(k1 - k0);
-      r.n0 = prefix[k0];
-      const int64_t n1 = k1 < words ? prefix[k1] : p.cap;
+      // Clamped to the row's values, so that a tensor penalty_plan did not build reads no
+      // memory outside its row.
+      r.n0 = static_cast<int>(min(max(int64_t{prefix[k0]}, int64_t{0}), p.cap));
+      const int64_t n1 = k1 < words ? min(int64_t{prefix[k1]}, p.cap) : p.cap;
       r.values = static_cast<int>(max(int64_t{0}, min(n1 - r.n0, static_cast<int64_t>(max_values))));
       for (int j = threadIdx.x; j < r.words; j += blockDim.x) staging[j] = prefix[k0 + j];
       for (int j = threadIdx.x; j < r.values; j += blockDim.x) staging[r.words + j] = r.plan[plan_values_at(v) + r.n0 + j];
