@@ -28,7 +28,7 @@ PenaltyCall prepare_penalties(const at::Tensor& logits, const std::optional<at::
 // least twice the ids the lists hold, so that probes stay short.
 int64_t plan_capacity(const PenaltyCall& c);
 
-// A plan given to sample_llm(overrides=): int32 [rows, 2W + 3C] on the input's device, C a
+// A plan given to sample_llm(overrides=): int32 [rows, plan_stride(V, C)] on the input's device, C a
 // power of two >= 2. Returns C. Raises naming `overrides` otherwise.
 int64_t check_plan(const char* op, const at::Tensor& plan, int64_t rows, int64_t v, const at::Tensor& input);
 
