@@ -187,6 +187,8 @@ def test_materialised_paths_and_errors(device):
         torch_wrs.sample_logits(x, process=[1])
     with pytest.raises(RuntimeError, match="does not take: \\['top_p'\\]"):
         torch_wrs.sample_logits(x, process=dict(top_p=0.9))
+    with pytest.raises(RuntimeError, match="does not take: \\['top_p'\\]"):
+        torch_wrs.sample_logits(x, num_samples=2, replacement=False, process=dict(top_p=0.9))  # materialised
     with pytest.raises(RuntimeError, match="banned_ids holds ids out of"):
         torch_wrs.sample_logits(x, process=dict(banned_ids=torch.tensor([500], device=device)))
     plan = torch_wrs.penalties._plan(x, **kw)

@@ -228,6 +228,10 @@ def sample_logits(
         if not isinstance(process, dict):
             raise RuntimeError(f"sample_logits: process must be a dict of process_logits' keywords, "
                                f"got {type(process).__name__}")
+        unknown = set(process) - set(penalties._KEYWORDS) - {"validate"}
+        if unknown:
+            raise RuntimeError(f"sample_logits: process holds keywords that process_logits does not take: "
+                               f"{sorted(unknown)}")
         fuse = penalties._fuses(logits) and not (check or top_logprobs or extras.active(typical_p, top_n_sigma) or
                                                 (not replacement and num_samples > 1))
         overrides = penalties._plan(logits, **process) if fuse else None

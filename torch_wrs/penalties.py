@@ -145,10 +145,6 @@ def _plan(logits: torch.Tensor, validate: bool = True, **process) -> Optional[to
     (those take torch ops over a materialised row)."""
     if process.get("output_counts") is not None or process.get("prompt_counts") is not None:
         return None
-    unknown = set(process) - set(_KEYWORDS)
-    if unknown:
-        raise RuntimeError(f"sample_logits: process holds keywords that process_logits does not take: "
-                           f"{sorted(unknown)}")
     a = _arguments(logits, *(process.get(name) for name in _KEYWORDS))
     out = torch.ops.wrs.penalty_plan(a["x2d"], **a["op"])
     if validate:
