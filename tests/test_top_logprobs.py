@@ -43,7 +43,7 @@ def _check(x, tokens, n, scale=None):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("v,n", [(1000, 5), (5000, 20), (40_000, 64), (3000, 100)])
+@pytest.mark.parametrize("v,n", [(1000, 5), (5000, 20), (40_000, 64), (3000, 100), (4099, 20)])
 def test_matches_the_reference(device, dtype, v, n):
     x = _law(6, v, v + n, dtype).to(device)
     g = torch.Generator().manual_seed(n)
@@ -55,14 +55,37 @@ def test_matches_the_reference(device, dtype, v, n):
 
 
 def test_a_share_holding_the_whole_top(device):
-    """The top 40 items all in one CUDA thread's strided share (indices 3 + 512 j): the kept
-    items there do not cover the top, and the exact search takes over."""
+    """The top 40 items at a stride of 512 (indices 3 + 512 j), each alone in its segment."""
     v = 512 * 60
     x = _law(2, v, 3)
     x[:, 3::512] += 40.0
     tokens = torch.tensor([[3, 5], [515, 0]])
     got = _check(x.to(device), tokens.to(device), 40)
     assert set(got[1][0].tolist()) <= set(range(3, v, 512))
+
+
+def test_ties_and_a_crowded_segment(device):
+    """Equal items past the n-th (every segment's maximum ties the floor: more candidates than
+    CUDA ranks in shared memory, and the exact search takes over), a top in one segment, and a
+    long row of 10 finite items under 20 asked for."""
+    x = _law(4, 40_000, 9)
+    x[0] = 0.5  # all equal: the top is 0, 1, ..., n - 1
+    x[1, 256:320] += 30.0  # the top 64 inside segments 2 and 3
+    x[2, 10:] = float("-inf")
+    x[3, ::3] = x[3, 0]  # a third of the row tied
+    tokens = torch.tensor([[5], [300], [3], [6]])
+    got = _check(x.to(device), tokens.to(device), 64)
+    assert torch.equal(got[1][0].cpu(), torch.arange(64))
+    assert set(got[1][1].cpu().tolist()) == set(range(256, 320))
+
+
+@requires_cuda
+def test_a_row_longer_than_the_chunks_hold():
+    """9 million items: more segments than 32 CTAs keep maxima for, so they fold onto slots."""
+    x = _law(1, 9_000_000, 10)
+    x[0, 8_999_990:] += 50.0  # the top at the row's end, in one CTA's last segment
+    tokens = torch.tensor([[0, 8_999_999]])
+    _check(x.cuda(), tokens.cuda(), 20)
 
 
 def test_masked_rows_invalid_rows_and_bad_tokens(device):

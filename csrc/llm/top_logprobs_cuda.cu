@@ -1,17 +1,20 @@
 // top_logprobs on CUDA (top_logprobs.h states the rule). A row is cut into P chunks, a CTA
 // each (P from the rows and the GPU's SMs, so that one row is read by many SMs), then a
 // small kernel merges each row's chunks.
-//   1. chunk: each thread keeps its share's log-sum-exp (online, float64), the drawn tokens'
-//      counts of larger items, and its kKeep largest items (composite keys, in registers).
-//      The n-th largest of the threads' best keys is a floor under the chunk's n-th largest
-//      (they are n distinct items), so the chunk's top n lie among the kept items at or
-//      above it, unless a thread kept kKeep items there (it may hide more): then the n-th
-//      largest key is found exactly, bit by bit, over the chunk (kKeep = 8 makes that rare:
-//      8 of the top n in one thread's strided share). The chunk's top n go out sorted.
+//   1. chunk: one read of the chunk as quads (a warp's 32 quads are a 128-item segment):
+//      each thread keeps its share's log-sum-exp (online, float64) and the drawn tokens'
+//      counts of larger items; each segment's maximum goes to shared memory. Each thread
+//      then takes the largest of a few segment maxima: the n-th largest of those is a floor
+//      under the chunk's n-th largest item (n distinct items reach it), so the chunk's top n
+//      lie in the segments at or above it. Those are read again, their items at or above the
+//      floor listed and ranked in shared memory. A list too long to rank (ties at the floor,
+//      a chunk of fewer segments than n) takes the exact n-th largest key, bit by bit, over
+//      the chunk. The chunk's top n go out sorted.
 //   2. merge: the row's log-sum-exp from the chunks', the ranks from their counts, and each
 //      chunk key's place in the row's top n by binary searches of the other chunks' lists.
 // Past kFusedMaxN, the row's composite keys go through at::topk.
 #include "common/cuda_utils.cuh"
+#include "llm/segments_cuda.cuh"
 #include "llm/top_logprobs.h"
 
 #include <ATen/Dispatch.h>
@@ -28,12 +31,14 @@ namespace wrs::llm {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
 constexpr int kMergeThreads = 256;
-constexpr int kKeep = 8;         // items each thread keeps
-constexpr int kRankChunk = 4;    // drawn tokens ranked in one pass over a chunk
+constexpr int kRankChunk = 4;     // drawn tokens ranked in one pass over a chunk
+constexpr int kUnroll = 4;        // segments a warp has in flight
+constexpr int kSegSlots = 2048;   // segment maxima a CTA keeps (segments past it fold onto them)
+constexpr int kListed = 1024;     // candidates ranked in shared memory
 constexpr int64_t kFusedMaxN = 64;
-constexpr int kList = kKeep * kFusedMaxN;  // candidates: kKeep from each of at most n threads
-constexpr int64_t kMinChunk = 4096;        // items a CTA at least
+constexpr int64_t kMinChunk = 8192;  // items a CTA at least: 64 segments, a floor for any n
 constexpr int64_t kMaxChunks = 32;
 
 // Each (row, chunk)'s results, from the chunk kernel to the merge.
@@ -46,7 +51,7 @@ struct Parts {
 };
 
 struct Args {
-  int64_t v, samples, n, chunks, chunk_len;
+  int64_t v, samples, n, chunks, chunk_quads;
   const float* scale;
   const int64_t* tokens;
   Parts parts;
@@ -58,7 +63,8 @@ struct Args {
 };
 
 struct Shared {
-  uint64_t list[kList];
+  uint64_t list[kListed];
+  uint32_t seg_max[kSegSlots];  // order keys, 0: no item
   float ytok[kRankChunk];
   int count;
   uint64_t floor_key;
@@ -94,85 +100,201 @@ __device__ inline int rank_chunk(int64_t samples, int64_t j0) {
   return static_cast<int>(samples - j0 < kRankChunk ? samples - j0 : kRankChunk);
 }
 
-// The n-th largest of every thread's `key` (0 counts as none), bit by bit from the top.
-__device__ inline uint64_t nth_largest(uint64_t key, int64_t n) {
-  uint64_t f = 0;
-  for (int bit = 63; bit >= 0; --bit) {
-    const uint64_t c = f | (uint64_t{1} << bit);
-    if (__syncthreads_count(key >= c) >= n) f = c;
+// A thread's part of the read: online log-sum-exp (float sums of a quad into a float64
+// total), counts of items above the first R drawn tokens' values, the segment maxima. Lean,
+// as the read is bound by its instructions (bfloat16 rows took as long as float32): NaN and
+// +inf items are found by the total they make NaN, and whole aligned segments skip the bounds.
+template <int R>
+struct Stream {
+  float m = -INFINITY;
+  double sum = 0.0;  // NaN once a NaN or +inf item is read
+  int above[R] = {};
+};
+
+// 2^x, subnormal results flushed to 0 (weights under 2^-126 of the row's largest).
+__device__ inline float exp2_ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// A warp's kUnroll segments from s0 (kWhole: all inside the chunk, of whole aligned quads).
+template <bool kWhole, int R, typename scalar_t>
+__device__ inline void step(Stream<R>& t, Shared& sh, const scalar_t* xr, int64_t v, int64_t q_lo, int segs,
+                            int64_t q_hi, bool aligned, float s, int s0, const float (&ytok)[R]) {
+  const int lane = threadIdx.x % 32;
+  float y[kUnroll][4];
+  int present[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {  // every load first, so that kUnroll segments are in flight
+    const int64_t q = q_lo + static_cast<int64_t>(s0 + u * kWarps) * 32 + lane;
+    if constexpr (kWhole) {
+      const Four<scalar_t> f = reinterpret_cast<const Four<scalar_t>*>(xr)[q];
+#pragma unroll
+      for (int h = 0; h < 4; ++h) y[u][h] = static_cast<float>(f.item[h]) * s;
+      present[u] = 4;
+    } else {
+      present[u] = s0 + u * kWarps < segs && q < q_hi ? load_four(xr, v, q, aligned, s, y[u]) : 0;
+#pragma unroll
+      for (int h = 0; h < 4; ++h) y[u][h] = h < present[u] ? y[u][h] : -INFINITY;
+    }
   }
-  return f;
+  float quad_max[kUnroll];
+  float top = t.m;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    quad_max[u] = fmaxf(fmaxf(y[u][0], y[u][1]), fmaxf(y[u][2], y[u][3]));
+    top = fmaxf(top, quad_max[u]);
+  }
+  if (top > t.m) {  // a new maximum: the total rescaled once (while every item was -inf, it is 0 or NaN)
+    if (t.m > -INFINITY) t.sum *= static_cast<double>(expf(t.m - top));
+    t.m = top;
+  }
+  const float m = t.m > -INFINITY ? t.m : 0.0f;  // every item -inf so far: each weighs exp(-inf) = 0
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    float group = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) group += exp2_ftz((y[u][h] - m) * kLog2e);  // y - m <= 0: exact near the top
+    t.sum += static_cast<double>(group);
+    if (R > 1 || quad_max[u] > ytok[0]) {  // one drawn token: most quads lie under it
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) t.above[j] += y[u][h] > ytok[j];
+      }
+    }
+    const int seg = s0 + u * kWarps;
+    if (kWhole || seg < segs) {  // the same for the whole warp
+      const uint32_t key = __reduce_max_sync(0xffffffffu, present[u] > 0 ? order_key(quad_max[u]) : 0u);
+      if (lane == 0) {
+        uint32_t& slot = sh.seg_max[seg % kSegSlots];  // slot = seg mod a multiple of kWarps: this warp's alone
+        slot = max(slot, key);
+      }
+    }
+  }
+}
+
+template <int R, typename scalar_t>
+__device__ inline Stream<R> stream(Shared& sh, const scalar_t* xr, int64_t v, int64_t q_lo, int segs, int64_t q_hi,
+                                   bool aligned, float s) {
+  float ytok[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) ytok[j] = sh.ytok[j];
+  // Segments of whole quads inside the chunk (q_lo <= v / 4: chunks start below the last quad).
+  const int whole = aligned ? static_cast<int>(min(static_cast<int64_t>(segs), (min(q_hi, v / 4) - q_lo) / 32)) : 0;
+  Stream<R> t;
+  int s0 = threadIdx.x / 32;
+  for (; s0 + (kUnroll - 1) * kWarps < whole; s0 += kUnroll * kWarps)
+    step<true>(t, sh, xr, v, q_lo, segs, q_hi, aligned, s, s0, ytok);
+  for (; s0 < segs; s0 += kUnroll * kWarps) step<false>(t, sh, xr, v, q_lo, segs, q_hi, aligned, s, s0, ytok);
+  return t;
+}
+
+// The chunk's top n into `out` (sorted, 0 past the chunk's items): the floor from the segment
+// maxima, then the items at or above it. Not inlined, so its registers do not crowd the
+// stream's.
+template <typename scalar_t>
+__device__ __noinline__ void chunk_top(Shared& sh, const scalar_t* xr, int64_t v, int64_t n, int64_t lo, int64_t hi,
+                                       int64_t q_lo, int64_t q_hi, int slots, bool aligned, float s, uint64_t* out) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t segs = (q_hi - q_lo + 31) / 32;
+  for (int64_t r = tid; r < n; r += kThreads) out[r] = 0;
+  const int64_t want = min(n, hi - lo);
+  if (want == 0) return;
+  // The floor: the want-th largest of the threads' maxima over their slots, each a distinct
+  // item's key (0, every item, where fewer than `want` threads hold one).
+  uint32_t mine = 0;
+  for (int j = tid; j < slots; j += kThreads) mine = max(mine, sh.seg_max[j]);
+  uint32_t floor = 0;
+  if (__syncthreads_count(mine != 0) >= want) {
+    for (int bit = 31; bit >= 0; --bit) {
+      const uint32_t c = floor | (1u << bit);
+      if (__syncthreads_count(mine >= c) >= want) floor = c;
+    }
+  }
+  if (tid == 0) sh.count = 0;
+  __syncthreads();
+  for (int64_t seg = warp; seg < segs; seg += kWarps) {
+    if (sh.seg_max[seg % kSegSlots] < floor) continue;  // the same for the whole warp
+    const int64_t q = q_lo + seg * 32 + lane;
+    float y[4];
+    const int present = q < q_hi ? load_four(xr, v, q, aligned, s, y) : 0;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const bool take = h < present && order_key(y[h]) >= floor;
+      const unsigned mask = __ballot_sync(0xffffffffu, take);
+      int base = 0;
+      if (lane == 0 && mask) base = atomicAdd(&sh.count, __popc(mask));
+      base = __shfl_sync(0xffffffffu, base, 0);
+      const int at = base + __popc(mask & ((1u << lane) - 1u));
+      if (take && at < kListed) sh.list[at] = composite_key(y[h], 4 * q + h);
+    }
+  }
+  __syncthreads();
+  int c = sh.count;
+  if (c > kListed) {  // the exact want-th largest key, by passes over the chunk
+    uint64_t f = 0;
+    for (int bit = 63; bit >= 0; --bit) {
+      const uint64_t cand = f | (uint64_t{1} << bit);
+      int64_t at_or_above = 0;
+      for (int64_t i = lo + tid; i < hi; i += kThreads) at_or_above += composite_key(value_at(xr, i, s), i) >= cand;
+      const int64_t count = cub::BlockReduce<int64_t, kThreads>(sh.reduce.count).Sum(at_or_above);
+      if (tid == 0) sh.floor_key = count >= want ? cand : f;
+      __syncthreads();
+      f = sh.floor_key;
+      __syncthreads();
+    }
+    if (tid == 0) sh.count = 0;
+    __syncthreads();
+    for (int64_t i = lo + tid; i < hi; i += kThreads) {
+      const uint64_t key = composite_key(value_at(xr, i, s), i);
+      if (key >= f) sh.list[atomicAdd(&sh.count, 1)] = key;  // exactly `want` (distinct keys)
+    }
+    __syncthreads();
+    c = sh.count;
+  }
+  for (int e = tid; e < c; e += kThreads) {  // each candidate's place: the candidates above it
+    const uint64_t key = sh.list[e];
+    int place = 0;
+    for (int o = 0; o < c; ++o) place += sh.list[o] > key;
+    if (place < want) out[place] = key;
+  }
 }
 
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreads, 2) chunk_kernel(const scalar_t* __restrict__ x, Args a) {
+  static_assert(kSegSlots % kWarps == 0, "a warp's segments fold onto its own slots");
   __shared__ Shared sh;
   const int64_t b = blockIdx.x / a.chunks, part = blockIdx.x % a.chunks, v = a.v;
-  const int64_t lo = min(v, part * a.chunk_len), hi = min(v, lo + a.chunk_len);
+  const int64_t quads = (v + 3) / 4;
+  const int64_t q_lo = min(quads, part * a.chunk_quads), q_hi = min(quads, q_lo + a.chunk_quads);
+  const int64_t lo = min(v, 4 * q_lo), hi = min(v, 4 * q_hi);
+  const int segs = static_cast<int>((q_hi - q_lo + 31) / 32);
+  const int slots = min(segs, kSegSlots);
   const int64_t bp = b * a.chunks + part;
   const scalar_t* xr = x + b * v;
+  const bool aligned = four_aligned(xr);
   const float s = a.scale ? a.scale[b] : 1.0f;
   const int64_t* tok = a.tokens + b * a.samples;
   const int tid = threadIdx.x;
+  for (int j = tid; j < slots; j += kThreads) sh.seg_max[j] = 0;
   const int chunk = rank_chunk(a.samples, 0);
+  if (tid < kRankChunk) sh.ytok[tid] = NAN;  // NaN: never exceeded
   load_tokens(sh, tok, 0, chunk, xr, v, s);
 
-  // The pass: online log-sum-exp (float sums of four items into a float64 total), counts of
-  // larger items, the kKeep largest keys (indices < 2^31).
-  float m = -INFINITY;
-  double sum = 0.0;
-  int bad = 0;
+  float m;
+  double sum;
   int above[kRankChunk] = {0, 0, 0, 0};
-  float ytok[kRankChunk];
+  if (chunk <= 1) {  // one drawn token, the usual case: one comparison an item
+    const Stream<1> t = stream<1>(sh, xr, v, q_lo, segs, q_hi, aligned, s);
+    m = t.m, sum = t.sum, above[0] = t.above[0];
+  } else {
+    const Stream<kRankChunk> t = stream<kRankChunk>(sh, xr, v, q_lo, segs, q_hi, aligned, s);
+    m = t.m, sum = t.sum;
 #pragma unroll
-  for (int j = 0; j < kRankChunk; ++j) ytok[j] = j < chunk ? sh.ytok[j] : NAN;  // NaN: never exceeded
-  float keep_y[kKeep];
-  int keep_i[kKeep];
-#pragma unroll
-  for (int k = 0; k < kKeep; ++k) keep_y[k] = -INFINITY, keep_i[k] = -1;
-  for (int64_t i0 = lo + tid; i0 < hi; i0 += 4 * kThreads) {
-    float y[4];
-    float top = m;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int64_t i = i0 + u * kThreads;
-      y[u] = i < hi ? value_at(xr, i, s) : -INFINITY;
-      bad |= isnan(y[u]) || y[u] == INFINITY;
-      top = fmaxf(top, y[u]);
-    }
-    if (top > m) {  // a new maximum: the total rescaled once
-      sum = m > -INFINITY ? sum * static_cast<double>(expf(m - top)) : 0.0;
-      m = top;
-    }
-    float group = 0.0f;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      group += m > -INFINITY ? expf(y[u] - m) : 0.0f;
-#pragma unroll
-      for (int j = 0; j < kRankChunk; ++j) above[j] += y[u] > ytok[j];
-    }
-    sum += static_cast<double>(group);
-    if (a.n > 0) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int64_t i = i0 + u * kThreads;
-        if (i < hi && (keep_i[kKeep - 1] < 0 || y[u] > keep_y[kKeep - 1])) {  // strictly: a later tie has the lower key
-          float cy = y[u];
-          int ci = static_cast<int>(i);
-          bool moved = false;
-#pragma unroll
-          for (int k = 0; k < kKeep; ++k) {
-            moved = moved || keep_i[k] < 0 || cy > keep_y[k];
-            if (moved) {
-              const float ty = keep_y[k];
-              const int ti = keep_i[k];
-              keep_y[k] = cy, keep_i[k] = ci;
-              cy = ty, ci = ti;
-            }
-          }
-        }
-      }
-    }
+    for (int j = 0; j < kRankChunk; ++j) above[j] = t.above[j];
   }
   const float cta_max = cub::BlockReduce<float, kThreads>(sh.reduce.max).Reduce(m, Max());
   if (tid == 0) sh.floor_key = __float_as_uint(cta_max);
@@ -180,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_kernel(const scalar_t* __re
   const float mx = __uint_as_float(static_cast<uint32_t>(sh.floor_key));
   const double rel = m > -INFINITY ? sum * exp(static_cast<double>(m) - mx) : 0.0;
   const double total = cub::BlockReduce<double, kThreads>(sh.reduce.sum).Sum(rel);
-  const int any_bad = __syncthreads_or(bad);
+  const int any_bad = __syncthreads_or(isnan(sum) || m == INFINITY);
   if (tid == 0) a.parts.max[bp] = mx, a.parts.sum[bp] = total, a.parts.bad[bp] = any_bad;
 
   // The drawn tokens' counts (more tokens than a chunk: a counting pass each).
@@ -188,6 +310,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_kernel(const scalar_t* __re
     const int k = rank_chunk(a.samples, j0);
     if (j0 > 0) {
       load_tokens(sh, tok, j0, k, xr, v, s);
+      float ytok[kRankChunk];
 #pragma unroll
       for (int j = 0; j < kRankChunk; ++j) above[j] = 0, ytok[j] = j < k ? sh.ytok[j] : NAN;
       for (int64_t i = lo + tid; i < hi; i += kThreads) {
@@ -205,47 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_kernel(const scalar_t* __re
   }
   if (a.n == 0 || a.n > kFusedMaxN) return;
 
-  // The chunk's top n: a floor from the threads' best keys, then the kept keys above it.
-  uint64_t* out = a.parts.top + bp * a.n;
-  for (int64_t r = tid; r < a.n; r += kThreads) out[r] = 0;
-  uint64_t keys[kKeep];
-#pragma unroll
-  for (int k = 0; k < kKeep; ++k) keys[k] = keep_i[k] >= 0 ? composite_key(keep_y[k], keep_i[k]) : 0;
-  const int64_t want = min(a.n, hi - lo);
-  const uint64_t floor_key = want > 0 ? nth_largest(keys[0], want) : ~uint64_t{0};
-  const bool hidden = __syncthreads_or(keys[kKeep - 1] != 0 && keys[kKeep - 1] >= floor_key);
-  if (tid == 0) sh.count = 0;
-  __syncthreads();
-  if (!hidden) {
-#pragma unroll
-    for (int k = 0; k < kKeep; ++k) {
-      if (keys[k] != 0 && keys[k] >= floor_key) sh.list[atomicAdd(&sh.count, 1)] = keys[k];  // at most kKeep n
-    }
-  } else {  // a thread kept kKeep items above the floor: the exact n-th largest key, by passes over the chunk
-    uint64_t f = 0;
-    for (int bit = 63; bit >= 0; --bit) {
-      const uint64_t c = f | (uint64_t{1} << bit);
-      int64_t mine = 0;
-      for (int64_t i = lo + tid; i < hi; i += kThreads) mine += composite_key(value_at(xr, i, s), i) >= c;
-      const int64_t count = cub::BlockReduce<int64_t, kThreads>(sh.reduce.count).Sum(mine);
-      if (tid == 0) sh.floor_key = count >= want ? c : f;
-      __syncthreads();
-      f = sh.floor_key;
-      __syncthreads();
-    }
-    for (int64_t i = lo + tid; i < hi; i += kThreads) {
-      const uint64_t key = composite_key(value_at(xr, i, s), i);
-      if (key >= f) sh.list[atomicAdd(&sh.count, 1)] = key;  // exactly `want`
-    }
-  }
-  __syncthreads();
-  const int c = sh.count;
-  for (int e = tid; e < c; e += kThreads) {  // each candidate's place: the candidates above it
-    const uint64_t key = sh.list[e];
-    int place = 0;
-    for (int o = 0; o < c; ++o) place += sh.list[o] > key;
-    if (place < a.n) out[place] = key;
-  }
+  chunk_top(sh, xr, v, a.n, lo, hi, q_lo, q_hi, slots, aligned, s, a.parts.top + bp * a.n);
 }
 
 // Keys of a descending list of n above `key` (0 pads the end).
@@ -350,16 +433,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cuda(con
   if (c.rows == 0) return o.tuple();
   const bool by_topk = c.n > kFusedMaxN;
   const int64_t top_n = by_topk ? 0 : c.n;
-  // Chunks a row: enough CTAs for two waves of the GPU, each of at least kMinChunk items.
+  // Chunks a row: enough CTAs for two waves of the GPU, each of at least kMinChunk items, of
+  // whole segments, and no more segments than slots where kMaxChunks allows.
   static const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t chunks = std::max<int64_t>(1, std::min({kMaxChunks, ceil_div(2 * sms, c.rows), ceil_div(c.v, kMinChunk)}));
-  const int64_t chunk_len = ceil_div(c.v, chunks);
+  const int64_t segments = ceil_div(ceil_div(c.v, 4), 32);
+  const int64_t wanted = std::max({int64_t{1}, std::min({kMaxChunks, ceil_div(2 * sms, c.rows), ceil_div(c.v, kMinChunk)}),
+                                   std::min(kMaxChunks, ceil_div(segments, kSegSlots))});
+  const int64_t chunk_quads = 32 * ceil_div(segments, wanted);
+  const int64_t chunks = ceil_div(segments * 32, chunk_quads);
   TORCH_CHECK(c.rows * chunks < (int64_t{1} << 31), "top_logprobs: at most 2^26 rows, got ", c.rows);
   at::Tensor keep;
   const int64_t parts = c.rows * chunks;
   auto [pmax, psum, pbad, pabove, ptop, lse_ptr] = scratch_arrays<float, double, int, int64_t, uint64_t, double>(
       keep, law.options(), {parts, parts, parts, parts * c.samples, parts * top_n, by_topk ? c.rows : 0});
-  Args a{c.v, c.samples, c.n, chunks, chunk_len, c.scale.defined() ? c.scale.const_data_ptr<float>() : nullptr,
+  Args a{c.v, c.samples, c.n, chunks, chunk_quads, c.scale.defined() ? c.scale.const_data_ptr<float>() : nullptr,
          c.tokens.const_data_ptr<int64_t>(), Parts{pmax, psum, pbad, pabove, ptop}, o.lp.data_ptr<float>(),
          o.ranks.data_ptr<int64_t>(), o.top_tokens.data_ptr<int64_t>(), o.top_lp.data_ptr<float>(),
          by_topk ? lse_ptr : nullptr};
