@@ -74,6 +74,15 @@ def run(args):
             graphed(lambda: _torch_reference(x, kw, **controls)), alone)
         row(b, "top_logprobs=20", graphed(lambda: torch_wrs.sample_logits(x, top_logprobs=20,
                                                                            **controls)), alone)
+        # Where top_logprobs' time goes: its op after the draw, the op without a top n (the
+        # log-sum-exp and the rank), and one plain read of the row (the floor of a pass).
+        drawn = torch_wrs.sample_logits(x, **controls)
+        scale = torch.full((b,), 1 / controls["temperature"], device="cuda")
+        row(b, "torch.ops.wrs.top_logprobs alone, n = 20", graphed(
+            lambda: torch.ops.wrs.top_logprobs(x, drawn, 20, scale=scale)), alone)
+        row(b, "torch.ops.wrs.top_logprobs alone, n = 0", graphed(
+            lambda: torch.ops.wrs.top_logprobs(x, drawn, 0, scale=scale)), alone)
+        row(b, "one read of the row (amax)", graphed(lambda: x.amax(-1)), alone)
         top_p = graphed(lambda: torch_wrs.sample_logits(x, top_p=0.9))
         row(b, "typical_p=0.9 (against top_p=0.9)", graphed(lambda: torch_wrs.sample_logits(x,
                                                                                              typical_p=0.9)), top_p)
