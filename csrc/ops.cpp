@@ -138,12 +138,20 @@ TORCH_LIBRARY(wrs, m) {
   // float32 [B, S], the n most likely tokens int64 [B, n] and their log-probs, most likely
   // first, and the tokens' ranks int64 [B, S].
   m.def("top_logprobs(Tensor law, Tensor tokens, int n, *, Tensor? scale=None) -> (Tensor, Tensor, Tensor, Tensor)");
+  // sample_llm's draw with raw log-probs and top_logprobs' outputs for it, over logits / T:
+  // (tokens, log-probs, top tokens [..., n], their log-probs, ranks); on CUDA in one pass of
+  // the sampler where route.h's fuses_top_n holds.
+  m.def("sample_llm_top_logprobs(Tensor logits, SymInt num_samples=1, int n=1, *, Tensor? temperature=None, "
+        "float temperature_value=1.0, Tensor? top_k=None, int top_k_value=0, Tensor? top_p=None, "
+        "float top_p_value=1.0, Tensor? min_p=None, float min_p_value=0.0, Tensor? seeds=None, "
+        "Generator? generator=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+        {at::Tag::nondeterministic_seeded});
   // Which CUDA kernel (and cluster of CTAs a row) sample_llm takes for a call of this shape
   // and these controls, by the method table (csrc/llm/route.h): for tests and the docs.
   // per_row names the controls given as per-row tensors ("top_k,top_p"); sms is the GPU's
   // multiprocessors.
   m.def("_llm_route(int rows, int v, int num_samples=1, *, float temperature=1.0, int top_k=0, float top_p=1.0, "
-        "float min_p=0.0, str per_row=\"\", int logprobs=0, int sms=132) -> str");
+        "float min_p=0.0, str per_row=\"\", int logprobs=0, int top_logprobs=0, int sms=132) -> str");
   // Graph sampling over CSR (csrc/graph/graph.h states the layout and the laws).
   // csr_alias_table: rowptr [N + 1] int64, weight [E] (any float dtype) -> int64 [E], each
   // node's alias table over its edges (zero-sum rows marked; validate=True raises for bad

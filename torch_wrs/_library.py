@@ -118,6 +118,17 @@ def _sample_llm_fake(input, num_samples=1, *, logits=True, temperature=None, tem
     return input.new_empty(shape, dtype=torch.int64), input.new_empty(shape if logprobs else (0,), dtype=torch.float32)
 
 
+@torch.library.register_fake("wrs::sample_llm_top_logprobs")
+def _sample_llm_top_logprobs_fake(logits, num_samples=1, n=1, *, temperature=None, temperature_value=1.0, top_k=None,
+                                  top_k_value=0, top_p=None, top_p_value=1.0, min_p=None, min_p_value=0.0, seeds=None,
+                                  generator=None):
+    torch._check(logits.dim() >= 1, lambda: "sample_logits: logits must have at least one dimension")
+    shape, top = (*logits.shape[:-1], num_samples), (*logits.shape[:-1], n)
+    i64, f32 = torch.int64, torch.float32
+    return (logits.new_empty(shape, dtype=i64), logits.new_empty(shape, dtype=f32), logits.new_empty(top, dtype=i64),
+            logits.new_empty(top, dtype=f32), logits.new_empty(shape, dtype=i64))
+
+
 @torch.library.register_fake("wrs::filter_logits")
 def _filter_logits_fake(logits, *, temperature=None, temperature_value=1.0, top_k=None, top_k_value=0, top_p=None,
                         top_p_value=1.0, min_p=None, min_p_value=0.0):

@@ -14,6 +14,7 @@ _sample_llm = torch.ops.wrs.sample_llm.default
 _filter_logits = torch.ops.wrs.filter_logits.default
 _speculative_accept = torch.ops.wrs.speculative_accept.default
 _sample_logits_op = torch.ops.wrs.sample_logits.default
+_sample_top_logprobs = torch.ops.wrs.sample_llm_top_logprobs.default
 
 Control = Optional[Union[float, int, torch.Tensor]]
 _LOGPROB_MODES = {None: 0, "processed": 1, "raw": 2}
@@ -106,6 +107,9 @@ def _sample_extra(x, num_samples, controls, typical_p, top_n_sigma, top_logprobs
     if check:
         _check_rows(op, x, True, kw)
     law = extras.extra_filtered(x, kw, typical_p, top_n_sigma, op) if extras.active(typical_p, top_n_sigma) else None
+    if top_logprobs and law is None and return_logprobs != "processed" and (replacement or num_samples == 1):
+        # One op: on CUDA, the sampler ranks the top n where its top-k lists hold them.
+        return SampleOutput(*_sample_top_logprobs(x, num_samples, top_logprobs, seeds=seeds, generator=generator, **kw))
     source, draw = (x, controls) if law is None else (law, _controls(1.0, None, None, None))
     tokens = _sample(op, source, num_samples, True, draw, replacement, generator, seeds, None, False)
     if return_logprobs is None and not top_logprobs:

@@ -97,6 +97,7 @@ TORCH_LIBRARY_IMPL(wrs, Autograd, m) {
   m.impl("sample_llm", torch::CppFunction::makeFallthrough());
   m.impl("filter_logits", torch::CppFunction::makeFallthrough());
   m.impl("speculative_accept", torch::CppFunction::makeFallthrough());
+  m.impl("sample_llm_top_logprobs", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace wrs::llm

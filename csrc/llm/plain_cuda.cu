@@ -29,10 +29,12 @@
 namespace wrs::llm {
 namespace {
 
-template <typename scalar_t, bool kLogits, bool kTopK, bool kPlan>
+template <typename scalar_t, bool kLogits, bool kTopK, bool kPlan, bool kTopN>
 __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loads in flight
     plain_kernel(const scalar_t* x, int64_t v, int64_t samples, Controls controls, at::PhiloxCudaState philox,
-                 int64_t logprob_mode, int64_t* tokens, float* logprobs, uint8_t* deferred, PlanArg plan) {
+                 int64_t logprob_mode, int64_t* tokens, float* logprobs, uint8_t* deferred, PlanArg plan,
+                 TopNArg top) {
+  static_assert(!kTopN || (kLogits && kTopK && !kPlan), "top n: logits, the thresholds variant, no plan");
   extern __shared__ __align__(16) unsigned char smem[];  // top-k: over the 48 KB of static shared memory
   PlainShared& sh = *reinterpret_cast<PlainShared*>(smem);
   cg::cluster_group cluster = cg::this_cluster();
@@ -58,6 +60,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     const bool serve = !rc.valid || (!rc.greedy && (rc.top_k_on(v) ? kTopK && rc.top_k <= kPlainMaxTopK
                                                                      : !rc.top_p_on() || (kTopK && rejection_fits)));
     if (rank == 0 && threadIdx.x == 0) deferred[row] = !serve;
+    if (kTopN && !serve && rank == 0 && threadIdx.x == 0) top.redo[row] = 1;
     if (!serve) return;  // the same in every CTA of the row
   }
   const bool min_p = rc.min_p_on();
@@ -126,9 +129,12 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     if (threadIdx.x == 0) sh.cta_all = cta_all;
   }
   __syncthreads();  // every s_j read before the re-sums replace them
-  const uint32_t thr = top_k ? top_k_threshold<scalar_t, kLogits>(sh, *reinterpret_cast<TopKShared*>(smem + kTopKOffset),
-                                                                  cluster, xr, v, share, aligned, scale, row_max, rc)
+  TopNShared* tn = kTopN ? reinterpret_cast<TopNShared*>(smem + kTopNOffset) : nullptr;
+  const uint32_t thr = top_k ? top_k_threshold<scalar_t, kLogits, kTopN>(
+                                   sh, *reinterpret_cast<TopKShared*>(smem + kTopKOffset), tn, top.n, cluster, xr, v,
+                                   share, aligned, scale, row_max, rc)
                              : 0u;
+  const bool top_n = kTopN && top_k && tn->done;  // thread-uniform: written before the threshold's syncs
   // Kept: key >= the top-k (top-p) threshold, and y >= log(min_p) + max (logits) or
   // min_p * max. Both are thresholds on y, so a segment holds a kept item exactly where its
   // maximum is kept, and only those are re-read and re-summed.
@@ -170,7 +176,9 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   cluster.sync();  // no CTA leaves while another reads its shared memory
 
   // 4. the draws
-  if (!rc.valid || row_bad || !(grand > 0.0)) {
+  const bool row_ok = rc.valid && !row_bad && grand > 0.0;
+  if (kTopN && rank == 0 && threadIdx.x == 0) top.redo[row] = !(top_n && row_ok);
+  if (!row_ok) {
     if (rank == 0) {
       for (int64_t s = threadIdx.x; s < samples; s += kPlainThreads) {
         tokens[row * samples + s] = 0;
@@ -181,6 +189,12 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   }
   // Log-probabilities: under the kept weight, or (raw) under the whole row's.
   const double log_norm = (kLogits ? static_cast<double>(row_max) : 0.0) + log(raw_all ? grand_all : grand);
+  if (kTopN && top_n && rank == 0) {  // raw log-probs: raw_all holds (a top-k, raw mode)
+    for (int64_t c = threadIdx.x; c < top.n; c += kPlainThreads) {
+      top.top_tokens[row * top.n + c] = tn->top_index[c];
+      top.top_lp[row * top.n + c] = static_cast<float>(static_cast<double>(tn->top_y[c]) - log_norm);
+    }
+  }
   const bool own_seed = controls.seeds != nullptr;
   const PhiloxSeed gen = philox_seed(philox);
   const uint64_t key = own_seed ? static_cast<uint64_t>(controls.seeds[row]) : gen.seed;
@@ -201,37 +215,55 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     const int seg = claim_segment(seg_weight, seg_before, cta_before, point, &sh.claim[0], &sh.claim_lo[0]);
     int64_t item;
     float y;
-    if (warp == 0 && walk_to_point<scalar_t, kLogits>(sh, seg, sh.claim_lo[0], point, xr, v, q_begin, q_end, aligned,
-                                                      scale, row_max, kept, item, y)) {
-      tokens[row * samples + s] = item;
-      if (logprobs) logprobs[row * samples + s] = static_cast<float>((kLogits ? y : log(y)) - log_norm);
+    if (warp == 0) {
+      const bool found = walk_to_point<scalar_t, kLogits>(sh, seg, sh.claim_lo[0], point, xr, v, q_begin, q_end,
+                                                          aligned, scale, row_max, kept, item, y);
+      if (found) {
+        tokens[row * samples + s] = item;
+        if (logprobs) logprobs[row * samples + s] = static_cast<float>((kLogits ? y : log(y)) - log_norm);
+      }
+      if constexpr (kTopN) {
+        // The rank: the kept draw's larger items are all in the gathered keys (they are kept).
+        const unsigned who = __ballot_sync(0xffffffffu, found);
+        if (top_n && who) {
+          const uint32_t key = order_key(__shfl_sync(0xffffffffu, y, __ffs(who) - 1));
+          const uint32_t* keys = reinterpret_cast<const TopKShared*>(smem + kTopKOffset)->keys;
+          unsigned above = 0;
+          for (int j = lane; j < tn->total; j += 32) above += keys[j] > key;
+          above = __reduce_add_sync(0xffffffffu, above);
+          if (found) top.ranks[row * samples + s] = static_cast<int64_t>(above) + 1;
+        }
+      }
     }
     __syncthreads();
   }
 }
 
-template <typename scalar_t, bool kLogits, bool kTopK, bool kPlan = false>
+template <typename scalar_t, bool kLogits, bool kTopK, bool kPlan = false, bool kTopN = false>
 void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs, uint8_t* deferred,
-            int cluster) {
+            int cluster, TopNArg top = {}) {
   PlanArg plan{call.plan, call.plan_stride, call.plan_cap};
-  const size_t base = kTopK ? kTopKOffset + sizeof(TopKShared) : kTopKOffset;
+  const size_t base = kTopN ? kTopNOffset + sizeof(TopNShared) : kTopK ? kTopKOffset + sizeof(TopKShared) : kTopKOffset;
   constexpr size_t kPlanSmem = 113 * 1024;  // two CTAs an SM (__launch_bounds__) share its 227 KB
   if (kPlan) plan.stage_for(share_items(call.v, cluster), static_cast<int64_t>(kPlanSmem - base));
   const size_t smem = kPlan ? base + plan.stage_bytes() : kTopK ? base : sizeof(PlainShared);
   // The attribute is set once a device: a plan's launches take up to kPlanSmem.
-  if (kTopK || kPlan) allow_shared_memory<plain_kernel<scalar_t, kLogits, kTopK, kPlan>>(kPlan ? kPlanSmem : smem);
-  launch_clusters(plain_kernel<scalar_t, kLogits, kTopK, kPlan>, call.rows, cluster, kPlainThreads, smem,
-                  call.x.const_data_ptr<scalar_t>(), call.v, call.samples, call.controls, philox, call.logprobs, tokens,
-                  logprobs, deferred, plan);
+  auto kernel = plain_kernel<scalar_t, kLogits, kTopK, kPlan, kTopN>;
+  if (kTopK || kPlan) allow_shared_memory<plain_kernel<scalar_t, kLogits, kTopK, kPlan, kTopN>>(kPlan ? kPlanSmem : smem);
+  launch_clusters(kernel, call.rows, cluster, kPlainThreads, smem, call.x.const_data_ptr<scalar_t>(), call.v,
+                  call.samples, call.controls, philox, call.logprobs, tokens, logprobs, deferred, plan, top);
 }
 
 }  // namespace
 
 void launch_plain(const Call& call, const Route& route, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs,
-                  uint8_t* deferred) {
+                  uint8_t* deferred, const TopNArg* top) {
   const bool thresholds = route.kernel == Kernel::kPlainThresholds;
+  TORCH_INTERNAL_ASSERT(!top || (thresholds && call.logits && !call.plan && call.logprobs == kRaw && logprobs));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_plain", [&] {
-    if (call.plan) {  // penalty plans are of logits
+    if (top) {
+      launch<scalar_t, true, true, false, true>(call, philox, tokens, logprobs, deferred, route.cluster, *top);
+    } else if (call.plan) {  // penalty plans are of logits
       thresholds ? launch<scalar_t, true, true, true>(call, philox, tokens, logprobs, deferred, route.cluster)
                  : launch<scalar_t, true, false, true>(call, philox, tokens, logprobs, deferred, route.cluster);
     } else if (call.logits) {

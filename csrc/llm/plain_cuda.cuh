@@ -15,12 +15,30 @@
 
 namespace wrs::llm {
 
+// Top-n log-probs from the thresholds kernel (route.h's fuses_top_n): top_tokens and top_lp
+// [rows, n], ranks [rows, samples], and redo [rows], 1 where the row is left to top_logprobs'
+// kernels (they then rewrite its log-probs too).
+struct TopNArg {
+  int64_t n = 0;
+  int64_t* top_tokens = nullptr;
+  float* top_lp = nullptr;
+  int64_t* ranks = nullptr;
+  uint8_t* redo = nullptr;
+};
+
 // Launches the plain kernel (route.kernel: kPlain or kPlainThresholds) on the current
 // stream: tokens [rows, samples], logprobs or nullptr; where route.defers, deferred [rows]
 // marks the rows it left to the sample kernel (greedy rows, top-p alone where rejection does
-// not fit: several samples or processed log-probabilities, top-k above 1,024).
+// not fit: several samples or processed log-probabilities, top-k above 1,024). top: the
+// kTopN variant (logits, thresholds, raw log-probs, no plan).
 void launch_plain(const Call& call, const Route& route, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs,
-                  uint8_t* deferred);
+                  uint8_t* deferred, const TopNArg* top = nullptr);
+
+// sample_llm's draw on CUDA (sample_cuda.cu) into tokens and logprobs (or nullptr): the
+// route's kernels, then the sample kernel for rows the plain kernel deferred. top: as
+// launch_plain's, where fuses_top_n holds.
+void draw_llm(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float* logprobs,
+              const TopNArg* top = nullptr);
 
 // Launches the top-p kernel (route.kernel: kTopP, top_p_cuda.cu) on the current stream:
 // tokens [rows], logprobs [rows] (raw) or nullptr.

@@ -83,6 +83,19 @@ struct TopKShared {
 };
 constexpr size_t kTopKOffset = (sizeof(PlainShared) + 15) / 16 * 16;
 
+// Top-n log-probs' part, after TopKShared (plain_kernel's kTopN): the listed items' indices,
+// the gathered ones', and the row's top n by composite key (value, then the lower index).
+static_assert(kPlainMaxTopN <= kRanked, "the top n are ranked with the short lists");
+struct TopNShared {
+  int32_t listed_index[kCandidates];
+  int32_t index[kRanked];
+  int32_t top_index[kPlainMaxTopN];
+  float top_y[kPlainMaxTopN];
+  int total;  // items gathered in TopKShared::keys
+  int done;   // the top n and the draws' ranks come from the lists
+};
+constexpr size_t kTopNOffset = (kTopKOffset + sizeof(TopKShared) + 15) / 16 * 16;
+
 // The weights of a lane's four items relative to the segment's maximum m.
 template <bool kLogits>
 __device__ inline void weights_of(const float (&y)[4], int present, float m, float (&w)[4]) {

@@ -11,11 +11,12 @@ static_assert(kPlainThreads == kThreads, "the select's scans assume the plain ke
 // The top-k threshold key of a row (then top-p's over the top-k set, where on): the lowest
 // kept key, 0 keeping every item; the same in every CTA of the cluster, which each select
 // over the whole row's lists. Phase 2 of plain_cuda.cu's comment; not inlined, so its registers do
-// not crowd the stream's.
-template <typename scalar_t, bool kLogits, typename RowT>
-__device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts, cg::cluster_group& cluster,
-                                                 RowT xr, int64_t v, int64_t share, bool aligned,
-                                                 float scale, float row_max, const RowControls& rc) {
+// not crowd the stream's. kTopN: the short lists' ranking also places the row's top n (n <= k:
+// the lists hold every item at or above the k-th largest) in tn.
+template <typename scalar_t, bool kLogits, bool kTopN, typename RowT>
+__device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts, TopNShared* tn, int64_t n,
+                                                 cg::cluster_group& cluster, RowT xr, int64_t v, int64_t share,
+                                                 bool aligned, float scale, float row_max, const RowControls& rc) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned cs = cluster.num_blocks(), rank = cluster.block_rank();
   const int64_t quads = (v + 3) / 4;
@@ -58,7 +59,10 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts
       if (lane == 0 && mask) base = atomicAdd(&ts.listed, __popc(mask));
       base = __shfl_sync(0xffffffffu, base, 0);
       const int at = base + __popc(mask & ((1u << lane) - 1u));
-      if (take && at < kCandidates) ts.candidates[at] = y[h];
+      if (take && at < kCandidates) {
+        ts.candidates[at] = y[h];
+        if constexpr (kTopN) tn->listed_index[at] = static_cast<int32_t>(4 * q + h);
+      }
     }
   }
   cluster.sync();  // every CTA's list complete
@@ -70,6 +74,10 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts
     total += n;
   }
   if (threadIdx.x == 0) ts.thr_k = 0, ts.thr_p = 0, ts.mass_k = 0;
+  if (kTopN && threadIdx.x == 0) {
+    tn->total = total;
+    tn->done = listed && total <= kRanked && static_cast<uint64_t>(n) <= k && total >= n;
+  }
   if (listed && total <= kRanked) {
     // Short lists (the usual case): thread t ranks item t of the lists against all of them.
     // The top-k threshold is the key with fewer than k items above it and k at or above;
@@ -77,19 +85,30 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts
     const bool mine = static_cast<int>(threadIdx.x) < total;
     uint32_t key = 0;
     uint64_t q = 0;
+    float y = 0.0f;
+    int32_t index = 0;
     if (mine) {
       int i = threadIdx.x;
       unsigned r = 0;
       for (; i >= cluster.map_shared_rank(&ts, r)->listed; ++r) i -= cluster.map_shared_rank(&ts, r)->listed;
-      const float y = cluster.map_shared_rank(&ts, r)->candidates[i];
+      y = cluster.map_shared_rank(&ts, r)->candidates[i];
       key = order_key(y), q = mass(y);
       ts.keys[threadIdx.x] = key, ts.masses[threadIdx.x] = q;
+      if constexpr (kTopN) index = cluster.map_shared_rank(tn, r)->listed_index[i], tn->index[threadIdx.x] = index;
     }
     __syncthreads();
     if (mine) {
       uint64_t above = 0, at_or_above = 0;
-      for (int j = 0; j < total; ++j) above += ts.keys[j] > key, at_or_above += ts.keys[j] >= key;
+      int tied_before = 0;  // equal values at lower indices: the composite key's order
+      for (int j = 0; j < total; ++j) {
+        above += ts.keys[j] > key, at_or_above += ts.keys[j] >= key;
+        if constexpr (kTopN) tied_before += ts.keys[j] == key && tn->index[j] < index;
+      }
       if (above < k && k <= at_or_above) ts.thr_k = key;  // every writer writes the same key
+      if constexpr (kTopN) {
+        const uint64_t place = above + tied_before;
+        if (place < static_cast<uint64_t>(n)) tn->top_index[place] = index, tn->top_y[place] = y;
+      }
     }
     __syncthreads();
     const uint32_t tk = ts.thr_k;

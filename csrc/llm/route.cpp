@@ -36,11 +36,13 @@ Route route(const Call& call, int64_t sms) {
 namespace {
 
 std::string llm_route(int64_t rows, int64_t v, int64_t num_samples, double temperature, int64_t top_k, double top_p,
-                      double min_p, const std::string& per_row, int64_t logprobs, int64_t sms) {
+                      double min_p, const std::string& per_row, int64_t logprobs, int64_t top_logprobs, int64_t sms) {
   TORCH_CHECK(rows >= 1 && v >= 1 && num_samples >= 1, "_llm_route: rows, v and num_samples must be positive");
   TORCH_CHECK(sms >= 1, "_llm_route: sms must be positive");
   Call call;
   call.rows = rows, call.v = v, call.samples = num_samples, call.logprobs = logprobs;
+  TORCH_CHECK(top_logprobs >= 0, "_llm_route: top_logprobs must be non-negative, got ", top_logprobs);
+  if (top_logprobs > 0) call.logprobs = kRaw;  // sample_llm_top_logprobs draws with raw log-probs
   Controls& c = call.controls;
   c.temperature_value = static_cast<float>(temperature), c.top_k_value = top_k;
   c.top_p_value = static_cast<float>(top_p), c.min_p_value = static_cast<float>(min_p);
@@ -55,12 +57,13 @@ std::string llm_route(int64_t rows, int64_t v, int64_t num_samples, double tempe
     else TORCH_CHECK(false, "_llm_route: per_row names temperature, top_k, top_p or min_p, got \"", name, "\"");
   }
   const Route r = route(call, sms);
-  if (r.kernel == Kernel::kTopP) return "top-p threads=" + std::to_string(r.threads);
+  const std::string top_n = top_logprobs <= 0 ? "" : fuses_top_n(call, r, top_logprobs) ? " top-n=fused" : " top-n=after";
+  if (r.kernel == Kernel::kTopP) return "top-p threads=" + std::to_string(r.threads) + top_n;
   std::string out = r.kernel == Kernel::kPlain ? "plain" : r.kernel == Kernel::kPlainThresholds ? "plain-thresholds" : "sample";
   out += " cluster=" + std::to_string(r.cluster);
   if (r.resident) out += " resident";
   if (r.defers) out += " defers";
-  return out;
+  return out + top_n;
 }
 
 }  // namespace

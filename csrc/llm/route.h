@@ -10,6 +10,10 @@
 //   - top-p alone with scalar controls (one sample, no min-p, no processed log-probabilities)
 //     on rows that one CTA reads about as fast as a cluster would: a CTA a row of its own
 //     kernel (top_p_cuda.cu), 1,024 threads where rows are fewer than half the SMs, else 512.
+//   - top-n log-probs (sample_llm_top_logprobs): where the thresholds kernel draws logits with a
+//     top-k of at least n (n <= kPlainMaxTopN, and no plan), it ranks the top n and the draws
+//     from its top-k lists; rows it cannot serve so (lists too long, per-row controls that
+//     leave them) are flagged for top_logprobs' kernels. Every other call draws, then runs them.
 //   - cluster: how many CTAs share a row. Resident rows stay in the cluster's shared memory
 //     (kResident items a CTA, up to 8 CTAs: 262,144 items); a call with fewer rows than the
 //     GPU has SMs splits each row further, up to 8 CTAs, keeping at least kItemsPerCta items
@@ -26,7 +30,8 @@ namespace wrs::llm {
 constexpr int kResident = 32768;  // items of a row one CTA keeps in shared memory between passes
 constexpr int64_t kItemsPerCta = 4096;
 constexpr int kMaxCluster = 8;
-constexpr int64_t kPlainMaxTopK = 1024;      // larger k: longer lists; the sample kernel takes them
+constexpr int64_t kPlainMaxTopK = 1024;
+constexpr int64_t kPlainMaxTopN = 64;  // top-n log-probs from the thresholds kernel's lists (top_logprobs' kFusedMaxN)      // larger k: longer lists; the sample kernel takes them
 constexpr int64_t kPlainMaxItems = 262'144;  // a plain CTA's share: its segment sums in shared memory
 constexpr int64_t kTopPMaxItems = 262'144;   // the top-p kernel's rows (a warp walks a thread's quads at once)
 constexpr int64_t kTopPShortRow = 65'536;    // rows this short take it whatever the call's rows
@@ -62,6 +67,12 @@ struct Route {
 
 // The route of a call (Call's tensors are not read: per-row controls count by presence).
 Route route(const Call& call, int64_t sms);
+
+// Whether the call's top n log-probs come from the thresholds kernel's lists (above).
+inline bool fuses_top_n(const Call& call, const Route& r, int64_t n) {
+  return r.kernel == Kernel::kPlainThresholds && call.logits && !call.plan && n > 0 && n <= kPlainMaxTopN &&
+         (call.controls.top_k != nullptr || call.controls.top_k_value >= n);
+}
 
 // The sample kernel's part of the route: for calls (and deferred rows) it serves.
 inline Route sample_route(const Call& call, int64_t sms) {

@@ -585,24 +585,7 @@ std::tuple<at::Tensor, at::Tensor> sample_llm_cuda(
   if (call.rows > 0) {
     const at::PhiloxCudaState philox =
         seeds ? at::PhiloxCudaState(0, 0) : cuda_philox_state(generator, input.device().index(), 4 * num_samples);
-    int64_t* t = tokens.mutable_data_ptr<int64_t>();
-    float* l = logprobs ? lp.mutable_data_ptr<float>() : nullptr;
-    const Route r = route(call, device_sms());
-    if (r.kernel == Kernel::kTopP) {  // top-p alone, a CTA a row (top_p_cuda.cu)
-      launch_top_p(call, r, philox, t, l);
-    } else if (r.kernel != Kernel::kSample) {  // one read of each row (plain_cuda.cu); with per-row tensors, some rows deferred
-      at::Tensor deferred;  // only for per-row controls
-      if (r.defers) deferred = at::empty({call.rows}, input.options().dtype(at::kByte));
-      uint8_t* d = deferred.defined() ? deferred.mutable_data_ptr<uint8_t>() : nullptr;
-      launch_plain(call, r, philox, t, l, d);
-      if (d) {
-        AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cuda",
-                                        [&] { run<scalar_t>(call, philox, t, l, nullptr, d); });
-      }
-    } else {
-      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "sample_llm_cuda",
-                                      [&] { run<scalar_t>(call, philox, t, l, nullptr); });
-    }
+    draw_llm(call, philox, tokens.mutable_data_ptr<int64_t>(), logprobs ? lp.mutable_data_ptr<float>() : nullptr);
   }
   return {tokens, lp};
 }
@@ -624,6 +607,25 @@ at::Tensor filter_logits_cuda(const at::Tensor& logits, const std::optional<at::
 }
 
 }  // namespace
+
+void draw_llm(const Call& call, at::PhiloxCudaState philox, int64_t* t, float* l, const TopNArg* top) {
+  const Route r = route(call, device_sms());
+  if (r.kernel == Kernel::kTopP) {  // top-p alone, a CTA a row (top_p_cuda.cu)
+    launch_top_p(call, r, philox, t, l);
+  } else if (r.kernel != Kernel::kSample) {  // one read of each row (plain_cuda.cu); with per-row tensors, some rows deferred
+    at::Tensor deferred;  // only for per-row controls
+    if (r.defers) deferred = at::empty({call.rows}, call.x.options().dtype(at::kByte));
+    uint8_t* d = deferred.defined() ? deferred.mutable_data_ptr<uint8_t>() : nullptr;
+    launch_plain(call, r, philox, t, l, d, top);
+    if (d) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_cuda",
+                                      [&] { run<scalar_t>(call, philox, t, l, nullptr, d); });
+    }
+  } else {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, call.x.scalar_type(), "sample_llm_cuda",
+                                    [&] { run<scalar_t>(call, philox, t, l, nullptr); });
+  }
+}
 
 TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
   m.impl("sample_llm", &sample_llm_cuda);

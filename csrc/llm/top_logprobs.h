@@ -13,6 +13,7 @@
 // tokens are 0, 1, ..., n - 1.
 #include "llm/llm.h"
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/macros/Macros.h>
 
@@ -63,5 +64,22 @@ struct TopLogprobsOut {
 };
 
 TopLogprobsOut empty_top_logprobs(const TopLogprobsCall& c);
+
+// sample_llm_top_logprobs: sample_logits' draw with raw log-probs (llm.h) and top_logprobs
+// over logits / T (1 on greedy rows) for the drawn tokens: (tokens, log-probs, top tokens,
+// their log-probs, ranks), shaped [..., S], [..., S], [..., n], [..., n], [..., S].
+using SampleTopLogprobs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+void check_top_n(const char* op, int64_t n, int64_t v);
+
+// The two ops one after the other, through the dispatcher (the CPU kernel; on CUDA, the calls
+// whose top n the thresholds kernel does not rank).
+SampleTopLogprobs sample_then_top_logprobs(const at::Tensor& logits, int64_t num_samples, int64_t n,
+                                           const std::optional<at::Tensor>& temperature, double temperature_value,
+                                           const std::optional<at::Tensor>& top_k, int64_t top_k_value,
+                                           const std::optional<at::Tensor>& top_p, double top_p_value,
+                                           const std::optional<at::Tensor>& min_p, double min_p_value,
+                                           const std::optional<at::Tensor>& seeds,
+                                           const std::optional<at::Generator>& generator);
 
 }  // namespace wrs::llm

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -42,6 +43,49 @@ TopLogprobsCall prepare_top_logprobs(const at::Tensor& law, const at::Tensor& to
   c.x = law.contiguous();
   c.tokens = tokens.contiguous();
   return c;
+}
+
+void check_top_n(const char* op, int64_t n, int64_t v) {
+  TORCH_CHECK(n >= 0 && n <= v, op, ": top_logprobs must be in [0, ", v, "], got ", n);
+}
+
+SampleTopLogprobs sample_then_top_logprobs(const at::Tensor& logits, int64_t num_samples, int64_t n,
+                                           const std::optional<at::Tensor>& temperature, double temperature_value,
+                                           const std::optional<at::Tensor>& top_k, int64_t top_k_value,
+                                           const std::optional<at::Tensor>& top_p, double top_p_value,
+                                           const std::optional<at::Tensor>& min_p, double min_p_value,
+                                           const std::optional<at::Tensor>& seeds,
+                                           const std::optional<at::Generator>& generator) {
+  static const auto sample =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("wrs::sample_llm", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              const at::Tensor&, c10::SymInt, bool, const std::optional<at::Tensor>&, double,
+              const std::optional<at::Tensor>&, int64_t, const std::optional<at::Tensor>&, double,
+              const std::optional<at::Tensor>&, double, const std::optional<at::Tensor>&, int64_t,
+              std::optional<at::Generator>, const std::optional<at::Tensor>&)>();
+  static const auto top = c10::Dispatcher::singleton()
+                              .findSchemaOrThrow("wrs::top_logprobs", "")
+                              .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+                                  const at::Tensor&, const at::Tensor&, int64_t, const std::optional<at::Tensor>&)>();
+  auto [tokens, lp] = sample.call(logits, c10::SymInt(num_samples), true, temperature, temperature_value, top_k,
+                                  top_k_value, top_p, top_p_value, min_p, min_p_value, seeds, kRaw, generator,
+                                  std::nullopt);
+  const int64_t v = logits.size(-1), rows = v ? logits.numel() / v : 0;
+  check_top_n("sample_logits", n, v);
+  // Raw log-probs' law: logits / T, as llm.h's row_controls computes 1 / T (1 on greedy rows).
+  at::Tensor scale;
+  if (temperature) {
+    const at::Tensor t = temperature->reshape(-1).to(at::kFloat);
+    scale = at::where(t == 0, at::ones_like(t), at::reciprocal(t));
+  } else {
+    const float t = static_cast<float>(temperature_value);
+    scale = at::full({rows}, t == 0.0f ? 1.0f : 1.0f / t, logits.options().dtype(at::kFloat));
+  }
+  auto [lp2, top_tokens, top_lp, ranks] = top.call(logits.reshape({rows, v}), tokens.reshape({rows, num_samples}), n, scale);
+  auto lead = logits.sizes().vec();
+  lead.back() = n;
+  return {tokens, lp2.view(tokens.sizes()), top_tokens.view(lead), top_lp.view(lead), ranks.view(tokens.sizes())};
 }
 
 TopLogprobsOut empty_top_logprobs(const TopLogprobsCall& c) {
@@ -114,6 +158,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cpu(cons
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(wrs, CPU, m) { m.impl("top_logprobs", &top_logprobs_cpu); }
+SampleTopLogprobs sample_llm_top_logprobs_cpu(
+    const at::Tensor& logits, int64_t num_samples, int64_t n, const std::optional<at::Tensor>& temperature,
+    double temperature_value, const std::optional<at::Tensor>& top_k, int64_t top_k_value,
+    const std::optional<at::Tensor>& top_p, double top_p_value, const std::optional<at::Tensor>& min_p,
+    double min_p_value, const std::optional<at::Tensor>& seeds, std::optional<at::Generator> generator) {
+  return sample_then_top_logprobs(logits, num_samples, n, temperature, temperature_value, top_k, top_k_value, top_p,
+                                  top_p_value, min_p, min_p_value, seeds, generator);
+}
+
+TORCH_LIBRARY_IMPL(wrs, CPU, m) {
+  m.impl("top_logprobs", &top_logprobs_cpu);
+  m.impl("sample_llm_top_logprobs", &sample_llm_top_logprobs_cpu);
+}
 
 }  // namespace wrs::llm

@@ -13,13 +13,21 @@
 //   2. merge: the row's log-sum-exp from the chunks', the ranks from their counts, and each
 //      chunk key's place in the row's top n by binary searches of the other chunks' lists.
 // Past kFusedMaxN, the row's composite keys go through at::topk.
+// sample_llm_top_logprobs draws first; where route.h's fuses_top_n holds, the thresholds
+// kernel ranks the top n from its lists and these kernels serve only the rows it flags.
 #include "common/cuda_utils.cuh"
+#include "common/philox_cuda.cuh"
+#include "llm/dispatch_cuda.h"
+#include "llm/llm_ops.h"
+#include "llm/plain_cuda.cuh"
+#include "llm/route.h"
 #include "llm/segments_cuda.cuh"
 #include "llm/top_logprobs.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/topk.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cub/block/block_reduce.cuh>
 #include <torch/library.h>
 
@@ -38,6 +46,7 @@ constexpr int kUnroll = 4;        // segments a warp has in flight
 constexpr int kSegSlots = 2048;   // segment maxima a CTA keeps (segments past it fold onto them)
 constexpr int kListed = 1024;     // candidates ranked in shared memory
 constexpr int64_t kFusedMaxN = 64;
+static_assert(kFusedMaxN == kPlainMaxTopN, "rows the thresholds kernel flags are served here, not by at::topk");
 constexpr int64_t kMinChunk = 8192;  // items a CTA at least: 64 segments, a floor for any n
 constexpr int64_t kMaxChunks = 32;
 
@@ -60,7 +69,15 @@ struct Args {
   int64_t* top_tokens;
   float* top_lp;
   double* lse;  // [B], for the at::topk route
+  const uint8_t* redo;  // [B] or nullptr: rows with 0 are done (sample_llm_top_logprobs)
+  bool by_controls;  // the scale is 1 / T by llm.h's row_controls (sample_llm_top_logprobs)
+  Controls controls;
 };
+
+// Row b's factor: scale[b], 1 / T of the draw's controls, or 1.
+__device__ inline float row_scale(const Args& a, int64_t b) {
+  return a.scale ? a.scale[b] : a.by_controls ? row_controls(a.controls, b).inv_temperature : 1.0f;
+}
 
 struct Shared {
   uint64_t list[kListed];
@@ -268,6 +285,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_kernel(const scalar_t* __re
   static_assert(kSegSlots % kWarps == 0, "a warp's segments fold onto its own slots");
   __shared__ Shared sh;
   const int64_t b = blockIdx.x / a.chunks, part = blockIdx.x % a.chunks, v = a.v;
+  if (a.redo && !a.redo[b]) return;
   const int64_t quads = (v + 3) / 4;
   const int64_t q_lo = min(quads, part * a.chunk_quads), q_hi = min(quads, q_lo + a.chunk_quads);
   const int64_t lo = min(v, 4 * q_lo), hi = min(v, 4 * q_hi);
@@ -276,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_kernel(const scalar_t* __re
   const int64_t bp = b * a.chunks + part;
   const scalar_t* xr = x + b * v;
   const bool aligned = four_aligned(xr);
-  const float s = a.scale ? a.scale[b] : 1.0f;
+  const float s = row_scale(a, b);
   const int64_t* tok = a.tokens + b * a.samples;
   const int tid = threadIdx.x;
   for (int j = tid; j < slots; j += kThreads) sh.seg_max[j] = 0;
@@ -347,6 +365,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const scalar_t* __
   __shared__ double lse_shared;
   __shared__ int invalid_shared;
   const int64_t b = blockIdx.x, v = a.v, P = a.chunks;
+  if (a.redo && !a.redo[b]) return;
   const int tid = threadIdx.x;
   if (tid < 32) {  // one warp combines the chunks (P <= kMaxChunks)
     float m = -INFINITY;
@@ -369,7 +388,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const scalar_t* __
   __syncthreads();
   const bool invalid = invalid_shared;
   const double lse = lse_shared;
-  const float s = a.scale ? a.scale[b] : 1.0f;
+  const float s = row_scale(a, b);
   for (int64_t j = tid; j < a.samples; j += kMergeThreads) {
     const int64_t t = a.tokens[b * a.samples + j];
     const bool ok = !invalid && t >= 0 && t < v;
@@ -425,12 +444,10 @@ __global__ void decode_kernel(const int64_t* keys, const double* lse, int64_t n,
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cuda(const at::Tensor& law,
-                                                                              const at::Tensor& tokens, int64_t n,
-                                                                              const std::optional<at::Tensor>& scale) {
-  const TopLogprobsCall c = prepare_top_logprobs(law, tokens, n, scale);
-  const TopLogprobsOut o = empty_top_logprobs(c);
-  if (c.rows == 0) return o.tuple();
+// The op's kernels into o; controls (or nullptr): the scale by them; redo (or nullptr): the
+// rows to serve.
+void run_top_logprobs(const TopLogprobsCall& c, const TopLogprobsOut& o, const Controls* controls,
+                      const uint8_t* redo) {
   const bool by_topk = c.n > kFusedMaxN;
   const int64_t top_n = by_topk ? 0 : c.n;
   // Chunks a row: enough CTAs for two waves of the GPU, each of at least kMinChunk items, of
@@ -445,11 +462,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cuda(con
   at::Tensor keep;
   const int64_t parts = c.rows * chunks;
   auto [pmax, psum, pbad, pabove, ptop, lse_ptr] = scratch_arrays<float, double, int, int64_t, uint64_t, double>(
-      keep, law.options(), {parts, parts, parts, parts * c.samples, parts * top_n, by_topk ? c.rows : 0});
+      keep, c.x.options(), {parts, parts, parts, parts * c.samples, parts * top_n, by_topk ? c.rows : 0});
   Args a{c.v, c.samples, c.n, chunks, chunk_quads, c.scale.defined() ? c.scale.const_data_ptr<float>() : nullptr,
          c.tokens.const_data_ptr<int64_t>(), Parts{pmax, psum, pbad, pabove, ptop}, o.lp.data_ptr<float>(),
          o.ranks.data_ptr<int64_t>(), o.top_tokens.data_ptr<int64_t>(), o.top_lp.data_ptr<float>(),
-         by_topk ? lse_ptr : nullptr};
+         by_topk ? lse_ptr : nullptr, redo, controls != nullptr, controls ? *controls : Controls{}};
+  TORCH_INTERNAL_ASSERT(!redo || !by_topk, "flagged rows are served by the chunk kernels");
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.x.scalar_type(), "top_logprobs_cuda", [&] {
     const scalar_t* x = c.x.const_data_ptr<scalar_t>();
@@ -471,11 +489,56 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cuda(con
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> top_logprobs_cuda(const at::Tensor& law,
+                                                                              const at::Tensor& tokens, int64_t n,
+                                                                              const std::optional<at::Tensor>& scale) {
+  const TopLogprobsCall c = prepare_top_logprobs(law, tokens, n, scale);
+  const TopLogprobsOut o = empty_top_logprobs(c);
+  if (c.rows > 0) run_top_logprobs(c, o, nullptr, nullptr);
   return o.tuple();
+}
+
+// The draw and its top n in one pass where route.h's fuses_top_n holds; else the two ops.
+SampleTopLogprobs sample_llm_top_logprobs_cuda(
+    const at::Tensor& logits, int64_t num_samples, int64_t n, const std::optional<at::Tensor>& temperature,
+    double temperature_value, const std::optional<at::Tensor>& top_k, int64_t top_k_value,
+    const std::optional<at::Tensor>& top_p, double top_p_value, const std::optional<at::Tensor>& min_p,
+    double min_p_value, const std::optional<at::Tensor>& seeds, std::optional<at::Generator> generator) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  Call call = prepare("sample_logits", logits, num_samples, true, temperature, temperature_value, top_k, top_k_value,
+                      top_p, top_p_value, min_p, min_p_value, seeds, kRaw);
+  check_top_n("sample_logits", n, call.v);
+  if (call.rows == 0 || !fuses_top_n(call, route(call, device_sms()), n)) {
+    return sample_then_top_logprobs(logits, num_samples, n, temperature, temperature_value, top_k, top_k_value, top_p,
+                                    top_p_value, min_p, min_p_value, seeds, generator);
+  }
+  const auto f32 = logits.options().dtype(at::kFloat), i64 = logits.options().dtype(at::kLong);
+  c10::SmallVector<int64_t, 6> top_shape = call.out_shape;
+  top_shape.back() = n;
+  at::Tensor tokens = at::empty(call.out_shape, i64), lp = at::empty(call.out_shape, f32);
+  at::Tensor top_tokens = at::empty(top_shape, i64), top_lp = at::empty(top_shape, f32);
+  at::Tensor ranks = at::empty(call.out_shape, i64), redo = at::empty({call.rows}, logits.options().dtype(at::kByte));
+  const at::PhiloxCudaState philox =
+      seeds ? at::PhiloxCudaState(0, 0) : cuda_philox_state(generator, logits.device().index(), 4 * num_samples);
+  const TopNArg top{n, top_tokens.mutable_data_ptr<int64_t>(), top_lp.mutable_data_ptr<float>(),
+                    ranks.mutable_data_ptr<int64_t>(), redo.mutable_data_ptr<uint8_t>()};
+  draw_llm(call, philox, tokens.mutable_data_ptr<int64_t>(), lp.mutable_data_ptr<float>(), &top);
+  TopLogprobsCall c;
+  c.rows = call.rows, c.v = call.v, c.samples = num_samples, c.n = n;
+  c.x = call.x, c.tokens = tokens.view({call.rows, num_samples});
+  const TopLogprobsOut o{lp.view({call.rows, num_samples}), top_tokens.view({call.rows, n}), top_lp.view({call.rows, n}),
+                         ranks.view({call.rows, num_samples})};
+  run_top_logprobs(c, o, &call.controls, top.redo);
+  return {tokens, lp, top_tokens, top_lp, ranks};
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(wrs, CUDA, m) { m.impl("top_logprobs", &top_logprobs_cuda); }
+TORCH_LIBRARY_IMPL(wrs, CUDA, m) {
+  m.impl("top_logprobs", &top_logprobs_cuda);
+  m.impl("sample_llm_top_logprobs", &sample_llm_top_logprobs_cuda);
+}
 
 }  // namespace wrs::llm
