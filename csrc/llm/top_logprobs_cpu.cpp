@@ -68,11 +68,11 @@ SampleTopLogprobs sample_then_top_logprobs(const at::Tensor& logits, int64_t num
                               .findSchemaOrThrow("wrs::top_logprobs", "")
                               .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
                                   const at::Tensor&, const at::Tensor&, int64_t, const std::optional<at::Tensor>&)>();
+  if (logits.dim() > 0) check_top_n("sample_logits", n, logits.size(-1));  // before the draw moves the generator
   auto [tokens, lp] = sample.call(logits, c10::SymInt(num_samples), true, temperature, temperature_value, top_k,
                                   top_k_value, top_p, top_p_value, min_p, min_p_value, seeds, kRaw, generator,
                                   std::nullopt);
   const int64_t v = logits.size(-1), rows = v ? logits.numel() / v : 0;
-  check_top_n("sample_logits", n, v);
   // Raw log-probs' law: logits / T, as llm.h's row_controls computes 1 / T (1 on greedy rows).
   at::Tensor scale;
   if (temperature) {
