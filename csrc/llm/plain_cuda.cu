@@ -103,18 +103,29 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   __syncthreads();
 
   // 2. the row's maximum and the threshold; 3. the re-sums, S_j and their scan
-  float mine = -INFINITY;
-  for (int j = threadIdx.x; j < nseg; j += kPlainThreads) mine = fmaxf(mine, sh.seg_max[j]);
+  float2 mine{-INFINITY, INFINITY};  // the largest segment maximum; top-k: the lowest positive one
+  for (int j = threadIdx.x; j < nseg; j += kPlainThreads) {
+    const float m = sh.seg_max[j];
+    mine.x = fmaxf(mine.x, m);
+    if (kTopK && positive_value<kLogits>(m)) mine.y = fminf(mine.y, m);
+  }
   const int any_bad = __syncthreads_or(bad);
-  const float block_max = cub::BlockReduce<float, kPlainThreads>(sh.max_reduce).Reduce(mine, MaxOf());
-  if (threadIdx.x == 0) sh.cta_max = block_max, sh.bad = any_bad;
+  if constexpr (kTopK) {
+    const float2 range = cub::BlockReduce<float2, kPlainThreads>(sh.range_reduce).Reduce(mine, MaxLow());
+    if (threadIdx.x == 0) sh.cta_max = range.x, sh.cta_low = range.y, sh.bad = any_bad;
+  } else {
+    const float block_max = cub::BlockReduce<float, kPlainThreads>(sh.max_reduce).Reduce(mine.x, MaxOf());
+    if (threadIdx.x == 0) sh.cta_max = block_max, sh.bad = any_bad;
+  }
   cluster.sync();
-  float row_max = -INFINITY;
-  int row_bad = 0;
-  for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
-    const PlainShared* other = cluster.map_shared_rank(&sh, r);
-    row_max = fmaxf(row_max, other->cta_max);
-    row_bad |= other->bad;
+  // Each lane reads one CTA's values; every thread folds them in rank order, as every CTA does.
+  const float lane_max = cluster_lane_read(cluster, &sh.cta_max, -INFINITY);
+  const float lane_low = kTopK ? cluster_lane_read(cluster, &sh.cta_low, INFINITY) : INFINITY;
+  const int row_bad = __any_sync(0xffffffffu, cluster_lane_read(cluster, &sh.bad, 0));
+  float row_max = -INFINITY, row_low = INFINITY;
+  for (unsigned r = 0; r < cs; ++r) {
+    row_max = fmaxf(row_max, __shfl_sync(0xffffffffu, lane_max, r));
+    if (kTopK) row_low = fminf(row_low, __shfl_sync(0xffffffffu, lane_low, r));
   }
   auto segment_weight = [&](int j) -> double {  // S_j from s_j
     if (j >= nseg) return 0.0;
@@ -132,7 +143,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   TopNShared* tn = kTopN ? reinterpret_cast<TopNShared*>(smem + kTopNOffset) : nullptr;
   const uint32_t thr = top_k ? top_k_threshold<scalar_t, kLogits, kTopN>(
                                    sh, *reinterpret_cast<TopKShared*>(smem + kTopKOffset), tn, top.n, cluster, xr, v,
-                                   share, aligned, scale, row_max, rc)
+                                   share, aligned, scale, row_max, row_low, rc)
                              : 0u;
   const bool top_n = kTopN && top_k && tn->done;  // thread-uniform: written before the threshold's syncs
   // Kept: key >= the top-k (top-p) threshold, and y >= log(min_p) + max (logits) or
@@ -166,12 +177,15 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   cub::BlockScan<double, kPlainThreads>(sh.scan).ExclusiveSum(seg_weight, seg_before, cta_total);
   if (threadIdx.x == 0) sh.cta_total = cta_total;
   cluster.sync();
+  // Folded in rank order, so that each CTA's range starts where the one before ends.
+  const double lane_total = cluster_lane_read(cluster, &sh.cta_total, 0.0);
+  const double lane_all = need_all ? cluster_lane_read(cluster, &sh.cta_all, 0.0) : 0.0;
   double cta_before = 0.0, grand = 0.0, grand_all = 0.0;
-  for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
-    const double t = cluster.map_shared_rank(&sh, r)->cta_total;
+  for (unsigned r = 0; r < cs; ++r) {
+    const double t = __shfl_sync(0xffffffffu, lane_total, r);
     if (r < rank) cta_before += t;
     grand += t;
-    if (need_all) grand_all += cluster.map_shared_rank(&sh, r)->cta_all;
+    if (need_all) grand_all += __shfl_sync(0xffffffffu, lane_all, r);
   }
   cluster.sync();  // no CTA leaves while another reads its shared memory
 

@@ -51,6 +51,7 @@ struct PlainShared {
   float seg_max[kMaxSegments];
   double seg_sum[kMaxSegments];
   float cta_max;
+  float cta_low;  // top-k: the lowest positive segment maximum (the floor's range)
   int bad;
   double cta_total;
   double cta_all;  // filtered, with raw log-probabilities: the whole share's weight
@@ -64,6 +65,7 @@ struct PlainShared {
     typename cub::BlockReduce<Masses, kPlainThreads>::TempStorage mass_reduce;
     typename cub::BlockReduce<double2, kPlainThreads>::TempStorage pair_reduce;
     typename cub::BlockReduce<float, kPlainThreads>::TempStorage max_reduce;
+    typename cub::BlockReduce<float2, kPlainThreads>::TempStorage range_reduce;
     typename cub::BlockScan<double, kPlainThreads>::TempStorage scan;
     typename cub::BlockReduce<double, kPlainThreads>::TempStorage sum_reduce;
   };
@@ -72,8 +74,19 @@ struct PlainShared {
 // The top-k kernel's shared memory, after PlainShared: the select's histogram, this CTA's
 // list of items at or above the floor, and the cluster's lists gathered where they are short.
 constexpr int kRanked = kPlainThreads;  // lists this short are ranked by counting, an item a thread
+// The floor's histogram (segment_floor): the cluster's segment maxima in kPlainThreads bins of
+// their score's range, counts and each bin's lowest key.
+struct FloorShared {
+  uint32_t count[kPlainThreads];
+  uint32_t low[kPlainThreads];
+  typename cub::BlockScan<uint32_t, kPlainThreads>::TempStorage scan;
+  uint32_t floor;
+};
 struct TopKShared {
-  CtaSelect select;
+  union {
+    CtaSelect select;
+    FloorShared floor;
+  };
   float candidates[kCandidates];
   int listed;
   uint32_t keys[kRanked];
@@ -96,6 +109,14 @@ struct TopNShared {
 };
 constexpr size_t kTopNOffset = (kTopKOffset + sizeof(TopKShared) + 15) / 16 * 16;
 
+// CTA `lane`'s copy of *p for lanes below the cluster's size (`none` above): one remote load a
+// lane, all in flight at once, where a loop over the CTAs waits for each in turn.
+template <typename T>
+__device__ inline T cluster_lane_read(cg::cluster_group& cluster, const T* p, T none) {
+  const unsigned lane = threadIdx.x % 32;
+  return lane < cluster.num_blocks() ? *cluster.map_shared_rank(p, lane) : none;
+}
+
 // The weights of a lane's four items relative to the segment's maximum m.
 template <bool kLogits>
 __device__ inline void weights_of(const float (&y)[4], int present, float m, float (&w)[4]) {
@@ -106,8 +127,17 @@ __device__ inline void weights_of(const float (&y)[4], int present, float m, flo
   }
 }
 
+// Whether a value carries weight: a finite logit, a positive probability.
+template <bool kLogits>
+__device__ inline bool positive_value(float y) {
+  return kLogits ? y > -INFINITY : y > 0.0f;
+}
+
 struct MaxOf {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct MaxLow {  // (largest, lowest)
+  __device__ float2 operator()(float2 a, float2 b) const { return float2{fmaxf(a.x, b.x), fminf(a.y, b.y)}; }
 };
 
 // A warp's walk of segment `seg` (claimed, starting at `lo`) to the item at `point` over the
