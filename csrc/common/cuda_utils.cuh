@@ -27,6 +27,45 @@ inline int grid_for(int64_t items, int threads) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ceil_div(items, threads), max_blocks)));
 }
 
+// Programmatic dependent launch (sm_90 and later): a kernel launched with the attribute below
+// may start while the kernel before it in the stream still runs, which hides its launch behind
+// that kernel; it must call wait_for_previous_grid() before it reads what that kernel wrote.
+// let_next_grid_start() lets the next such kernel start (without it, only once this one ends).
+__device__ inline void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void let_next_grid_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Adds the attribute to attrs[n] where the current GPU has it; returns the attributes' count.
+inline unsigned add_after_previous(cudaLaunchAttribute* attrs, unsigned n) {
+  static const bool has = at::cuda::getCurrentDeviceProperties()->major >= 9;
+  if (!has) return n;
+  attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[n].val.programmaticStreamSerializationAllowed = 1;
+  return n + 1;
+}
+
+// kernel<<<grid, threads, smem, stream>>>(args...), started early behind the kernel before it
+// (above): the kernel waits for it before reading its outputs.
+template <typename... Params, typename... Args>
+void launch_after_previous(void (*kernel)(Params...), unsigned grid, unsigned threads, size_t smem,
+                           cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  config.attrs = attr;
+  config.numAttrs = add_after_previous(attr, 0);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
 // Runs a CUB device-wide algorithm twice (size query, then work) with temp storage
 // taken from torch's caching allocator, so no cudaMalloc per call.
 template <typename F>

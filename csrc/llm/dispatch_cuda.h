@@ -2,6 +2,7 @@
 // CUDA launch helpers of the LLM samplers; the method table (which kernel, how many CTAs a
 // row) is route.h's.
 #include "llm/route.h"
+#include "common/cuda_utils.cuh"
 #include "llm/select_cuda.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -33,21 +34,23 @@ void allow_shared_memory(size_t bytes) {
 }
 
 // Launches `kernel` on the current stream: rows x cluster CTAs of `threads`, in clusters of
-// `cluster` along x (each row's CTAs form one cluster).
+// `cluster` along x (each row's CTAs form one cluster); after_previous: started early behind
+// the kernel before it (cuda_utils.cuh's launch_after_previous).
 template <typename... Params, typename... Args>
-void launch_clusters(void (*kernel)(Params...), int64_t rows, int cluster, int threads, size_t smem, Args&&... args) {
+void launch_clusters(bool after_previous, void (*kernel)(Params...), int64_t rows, int cluster, int threads,
+                     size_t smem, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(rows * cluster));
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem;
   config.stream = at::cuda::getCurrentCUDAStream();
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = cluster;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
-  config.numAttrs = 1;
+  config.numAttrs = after_previous ? add_after_previous(attr, 1) : 1;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 

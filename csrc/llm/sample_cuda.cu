@@ -406,6 +406,7 @@ template <typename scalar_t, bool kLogits, bool kPlan>
 __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
+  let_next_grid_start();  // top-n's kernels wait for this one's end themselves
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t cs = cluster.num_blocks();
   const int64_t row = blockIdx.x / cs;
@@ -431,6 +432,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
       }
     }
   };
+  if (a.only) wait_for_previous_grid();  // launched behind the plain kernel, which wrote `only`
   if (a.only && !a.only[row]) return;  // the plain kernel's row (the same in every CTA of the row)
   if (!rc.valid) return finish_invalid();
 
@@ -538,11 +540,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
 }
 
 template <typename scalar_t, bool kLogits, bool kPlan = false>
-void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {
+void launch(const Call& call, Args<scalar_t> a, int cluster, bool resident) {  // deferred rows: behind the plain kernel
   auto kernel = sample_kernel<scalar_t, kLogits, kPlan>;
   const size_t smem = resident ? kValsOffset + kResident * sizeof(float) : sizeof(Shared);
   allow_shared_memory<sample_kernel<scalar_t, kLogits, kPlan>>(kValsOffset + kResident * sizeof(float));
-  launch_clusters(kernel, call.rows, cluster, kThreads, smem, a);
+  launch_clusters(a.only != nullptr, kernel, call.rows, cluster, kThreads, smem, a);
 }
 
 template <typename scalar_t>

@@ -204,7 +204,7 @@ std::tuple<at::Tensor, at::Tensor> speculative_accept_cuda(const at::Tensor& dra
   const int cluster = cluster_size(b, v, false);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "speculative_accept_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(tokens.scalar_type(), "speculative_accept_cuda", [&] {
-      launch_clusters(speculative_kernel<scalar_t, index_t>, b, cluster, kSpecThreads, 0,
+      launch_clusters(false, speculative_kernel<scalar_t, index_t>, b, cluster, kSpecThreads, 0,
                       draft.const_data_ptr<scalar_t>(), tokens.const_data_ptr<index_t>(),
                       target.const_data_ptr<scalar_t>(), s, v, philox, out.mutable_data_ptr<int64_t>(),
                       accepted.mutable_data_ptr<int64_t>());

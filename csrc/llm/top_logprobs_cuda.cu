@@ -285,6 +285,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_kernel(const scalar_t* __re
   static_assert(kSegSlots % kWarps == 0, "a warp's segments fold onto its own slots");
   __shared__ Shared sh;
   const int64_t b = blockIdx.x / a.chunks, part = blockIdx.x % a.chunks, v = a.v;
+  wait_for_previous_grid();  // launched behind the sampler, whose tokens (and redo) it reads
+  let_next_grid_start();
   if (a.redo && !a.redo[b]) return;
   const int64_t quads = (v + 3) / 4;
   const int64_t q_lo = min(quads, part * a.chunk_quads), q_hi = min(quads, q_lo + a.chunk_quads);
@@ -365,6 +367,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const scalar_t* __
   __shared__ double lse_shared;
   __shared__ int invalid_shared;
   const int64_t b = blockIdx.x, v = a.v, P = a.chunks;
+  wait_for_previous_grid();  // launched behind the chunk kernel
   if (a.redo && !a.redo[b]) return;
   const int tid = threadIdx.x;
   if (tid < 32) {  // one warp combines the chunks (P <= kMaxChunks)
@@ -471,10 +474,8 @@ void run_top_logprobs(const TopLogprobsCall& c, const TopLogprobsOut& o, const C
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.x.scalar_type(), "top_logprobs_cuda", [&] {
     const scalar_t* x = c.x.const_data_ptr<scalar_t>();
-    chunk_kernel<scalar_t><<<static_cast<unsigned>(parts), kThreads, 0, stream>>>(x, a);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    merge_kernel<scalar_t><<<static_cast<unsigned>(c.rows), kMergeThreads, 0, stream>>>(x, a);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_after_previous(chunk_kernel<scalar_t>, static_cast<unsigned>(parts), kThreads, 0, stream, x, a);
+    launch_after_previous(merge_kernel<scalar_t>, static_cast<unsigned>(c.rows), kMergeThreads, 0, stream, x, a);
     if (by_topk) {
       at::Tensor keys = at::empty({c.rows, c.v}, c.x.options().dtype(at::kLong));
       const int64_t total = keys.numel();

@@ -112,6 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)  // 64 registers: t
     top_p_kernel(const scalar_t* x, int64_t v, Controls controls, at::PhiloxCudaState philox, int64_t* tokens,
                  float* logprobs, PlanArg plan) {
   __shared__ TopPShared<kThreads> sh;
+  let_next_grid_start();  // top-n's kernels wait for this one's end themselves
   const int64_t row = blockIdx.x;
   const RowControls rc = row_controls(controls, row);
   const int64_t quads = (v + 3) / 4;
