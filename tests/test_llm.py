@@ -420,6 +420,37 @@ def test_plain_cuda_kernel_matches_the_cpu_kernel(logits):
 
 
 @requires_cuda
+def test_plain_top_k_floor_on_extreme_ranges():
+    """The thresholds kernel's floor bins the segment maxima over their range: rows whose
+    maxima span many orders of magnitude (a peaked probability row), a logit range near
+    float's (one bin, so the lists overflow and the row is read whole), a half-masked row at
+    temperature 0.3. Over rows split across clusters of 4 and 8 CTAs, every draw is in the
+    reference's kept set and its processed log-probability is the reference law's."""
+    g = torch.Generator().manual_seed(47)
+    for v in (32_000, 128_256):
+        peaked = torch.randn(v, generator=g)
+        peaked[torch.randperm(v, generator=g)[:8]] += 30
+        wide = torch.randn(v, generator=g) * 2
+        wide[::997] = -1e38
+        wide[5] = 1e38
+        wide[6:60] = 1e38 - 1e33 * torch.arange(54, dtype=torch.float32)
+        masked = torch.randn(v, generator=g) * 2
+        masked[torch.randperm(v, generator=g)[: v // 2]] = float("-inf")
+        rows = [(torch.softmax(peaked.double(), 0).float(), False, {}), (wide, True, {}),
+                (masked, True, dict(temperature=0.3))]
+        for x, logits, base in rows:
+            sample = torch_wrs.sample_logits if logits else torch_wrs.sample_probs
+            for kw in (dict(top_k=50), dict(top_k=50, top_p=0.9), dict(top_k=1000)):
+                kw = dict(base, **kw)
+                ref = reference(x, logits=logits, **kw)
+                tokens, lp = sample(x.cuda()[None], 256, return_logprobs="processed",
+                                    generator=torch.Generator("cuda").manual_seed(3), **kw)
+                tokens, lp = tokens.cpu()[0], lp.cpu()[0]
+                assert (ref[tokens] > 0).all(), (v, logits, kw)
+                torch.testing.assert_close(lp.double(), ref[tokens].log(), atol=1e-4, rtol=0), (v, logits, kw)
+
+
+@requires_cuda
 def test_per_row_controls_cuda_match_cpu():
     """Per-row control tensors: rows the streaming kernel serves (top-k up to 1,024 with or
     without top-p and min-p; neither top-k nor top-p) and rows it defers to the sample kernel
