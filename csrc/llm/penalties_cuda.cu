@@ -136,7 +136,6 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const scalar_t* __re
   extern __shared__ int32_t shared_table[];
   using Scan = cub::BlockScan<int32_t, kPlanThreads>;
   __shared__ typename Scan::TempStorage scan;
-  __shared__ int32_t carry;
   const int64_t b = blockIdx.x;
   int32_t* row = plan + b * stride;
   int32_t* prefix = row + 2 * a.words;
@@ -148,11 +147,21 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const scalar_t* __re
   const float r = a.repetition ? a.repetition[b] : 1.0f;
   const bool invalid = !(r > 0.0f);
   const int32_t* bits = a.bitmask ? a.bitmask + b * a.words : nullptr;
-  for (int64_t k = threadIdx.x; k < a.words; k += blockDim.x) {
-    row[2 * k] = invalid ? 0 : bits ? bits[k] : -1;
-    row[2 * k + 1] = 0;
+  constexpr int kBatch = 4;  // loads issued before the stores, which may alias them
+  for (int64_t k0 = threadIdx.x; k0 < a.words; k0 += kBatch * kPlanThreads) {
+    int32_t word[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t k = k0 + u * kPlanThreads;
+      word[u] = invalid ? 0 : bits && k < a.words ? bits[k] : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t k = k0 + u * kPlanThreads;
+      if (k < a.words) reinterpret_cast<int2*>(row)[k] = make_int2(word[u], 0);
+    }
   }
-  if (threadIdx.x == 0) row[3 * a.words] = 0, carry = 0;  // the pad word where W is odd (or values[0])
+  if (threadIdx.x == 0) row[3 * a.words] = 0;  // the pad word where W is odd (or values[0])
   for (int64_t h = threadIdx.x; h < cap; h += blockDim.x) sorted[h] = 0.0f, keys[h] = -1, values[h] = 0.0f, flags[h] = 0;
   __syncthreads();
   auto each = [&](const int64_t* ids, int64_t n, auto&& fn) {
@@ -177,11 +186,21 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const scalar_t* __re
   each(a.prompt, a.n_prompt, [&](int32_t t, int64_t) { atomicOr(flags + plan_find(keys, cap, t), kSeen); });
   __syncthreads();
   const scalar_t* xr = x + b * a.v;
-  for (int64_t h = threadIdx.x; h < cap && !invalid; h += blockDim.x) {
-    const int32_t t = keys[h];
-    if (t < 0) continue;
-    values[h] = allowed(bits, t) && !(flags[h] & kMasked) ? static_cast<float>(xr[t]) : -INFINITY;
-    atomicOr(row + 2 * (t >> 5) + 1, static_cast<int32_t>(1u << (t & 31)));
+  for (int64_t h0 = threadIdx.x; h0 < cap && !invalid; h0 += kBatch * kPlanThreads) {
+    int32_t t[kBatch];
+    float y[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t h = h0 + u * kPlanThreads;
+      t[u] = h < cap ? keys[h] : -1;
+      y[u] = t[u] >= 0 && allowed(bits, t[u]) && !(flags[h] & kMasked) ? static_cast<float>(xr[t[u]]) : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (t[u] < 0) continue;
+      values[h0 + u * kPlanThreads] = y[u];
+      atomicOr(row + 2 * (t[u] >> 5) + 1, static_cast<int32_t>(1u << (t[u] & 31)));
+    }
   }
   __syncthreads();
   // Duplicate biased ids add in the atomics' order, as in penalize_logits.
@@ -193,19 +212,33 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const scalar_t* __re
     const int32_t f = flags[h];
     if (keys[h] >= 0 && (f & (kSeen | kCountMask))) values[h] = penalized(values[h], f & kCountMask, p);
   }
-  for (int64_t k0 = 0; k0 < a.words; k0 += kPlanThreads) {  // prefixes of the override bits
-    const int64_t k = k0 + threadIdx.x;
-    const int32_t n = k < a.words ? __popc(static_cast<uint32_t>(row[2 * k + 1])) : 0;
-    int32_t before, total;
-    Scan(scan).ExclusiveSum(n, before, total);
-    if (k < a.words) prefix[k] = carry + before;
-    __syncthreads();
-    if (threadIdx.x == 0) carry += total;
-    __syncthreads();
+  __syncthreads();
+  {  // prefixes of the override bits: a thread a run of words, one scan (a scan a word-block
+     // would wait on a round trip to L2 per block)
+    const int64_t per = (a.words + kPlanThreads - 1) / kPlanThreads;
+    const int64_t k0 = min(a.words, threadIdx.x * per), k1 = min(a.words, k0 + per);
+    int32_t n = 0;
+    for (int64_t k = k0; k < k1; ++k) n += __popc(static_cast<uint32_t>(row[2 * k + 1]));
+    int32_t before;
+    Scan(scan).ExclusiveSum(n, before);
+    for (int64_t k = k0; k < k1; ++k) {
+      prefix[k] = before;
+      before += __popc(static_cast<uint32_t>(row[2 * k + 1]));
+    }
   }
-  for (int64_t h = threadIdx.x; h < cap; h += blockDim.x) {
-    const int32_t t = keys[h];
-    if (t >= 0) sorted[plan_rank(prefix[t >> 5], static_cast<uint32_t>(row[2 * (t >> 5) + 1]), t)] = values[h];
+  __syncthreads();
+  for (int64_t h0 = threadIdx.x; h0 < cap; h0 += kBatch * kPlanThreads) {
+    int32_t t[kBatch], at[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t h = h0 + u * kPlanThreads;
+      t[u] = h < cap ? keys[h] : -1;
+      at[u] = t[u] >= 0 ? plan_rank(prefix[t[u] >> 5], static_cast<uint32_t>(row[2 * (t[u] >> 5) + 1]), t[u]) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (t[u] >= 0) sorted[at[u]] = values[h0 + u * kPlanThreads];
+    }
   }
   if (!in_shared) return;
   for (int64_t h = threadIdx.x; h < 3 * cap; h += blockDim.x) scratch[h] = keys[h];

@@ -203,11 +203,11 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     return;
   }
   // Log-probabilities: under the kept weight, or (raw) under the whole row's.
-  const double log_norm = (kLogits ? static_cast<double>(row_max) : 0.0) + log(raw_all ? grand_all : grand);
+  const double log_total = log(raw_all ? grand_all : grand);
   if (kTopN && top_n && rank == 0) {  // raw log-probs: raw_all holds (a top-k, raw mode)
     for (int64_t c = threadIdx.x; c < top.n; c += kPlainThreads) {
       top.top_tokens[row * top.n + c] = tn->top_index[c];
-      top.top_lp[row * top.n + c] = static_cast<float>(static_cast<double>(tn->top_y[c]) - log_norm);
+      top.top_lp[row * top.n + c] = static_cast<float>(log_share<true>(tn->top_y[c], row_max, log_total));
     }
   }
   const bool own_seed = controls.seeds != nullptr;
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
     return draw_top_p_by_rejection<scalar_t, kLogits>(sh, cluster, xr, v, q_begin, q_end, nseg, aligned, scale,
                                                       row_max, rc, seg_weight, seg_before, cta_before, cta_total,
                                                       grand, grand_all, key, offset, own_seed ? 0 : row, tokens + row,
-                                                      logprobs ? logprobs + row : nullptr, log_norm);
+                                                      logprobs ? logprobs + row : nullptr, log_total);
   }
   const double below_grand = nextafter(grand, 0.0);
   for (int64_t s = 0; s < samples; ++s) {
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
                                                           aligned, scale, row_max, kept, item, y);
       if (found) {
         tokens[row * samples + s] = item;
-        if (logprobs) logprobs[row * samples + s] = static_cast<float>((kLogits ? y : log(y)) - log_norm);
+        if (logprobs) logprobs[row * samples + s] = static_cast<float>(log_share<kLogits>(y, row_max, log_total));
       }
       if constexpr (kTopN) {
         // The rank: the kept draw's larger items are all in the gathered keys (they are kept).

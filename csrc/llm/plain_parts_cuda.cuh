@@ -170,12 +170,15 @@ __device__ inline void load_segments(const RowT& xr, int64_t v, int64_t q_begin,
                                      bool aligned, float scale, int seg0, Wanted wanted,
                                      float (&y)[kSegsInFlight][4], int (&present)[kSegsInFlight]) {
   const int lane = threadIdx.x % 32;
+  int64_t q[kSegsInFlight];
+  bool want[kSegsInFlight];
 #pragma unroll
   for (int u = 0; u < kSegsInFlight; ++u) {
     const int seg = seg0 + u * kPlainWarps;
-    const int64_t q = q_begin + static_cast<int64_t>(seg) * 32 + lane;
-    present[u] = seg < nseg && q < q_end && wanted(seg) ? load_four(xr, v, q, aligned, scale, y[u]) : 0;
+    q[u] = q_begin + static_cast<int64_t>(seg) * 32 + lane;
+    want[u] = seg < nseg && q[u] < q_end && wanted(seg);
   }
+  load_quads(xr, v, q, want, aligned, scale, y, present);
 }
 
 // fn(seg, y, present) for each of the CTA's segments that `wanted` picks, a warp a segment,

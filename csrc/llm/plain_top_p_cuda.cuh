@@ -30,7 +30,7 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
                                                      double (&seg_before)[kSegsPerThread], double cta_before,
                                                      double cta_total, double grand, double grand_all, uint64_t key,
                                                      uint64_t offset, int64_t tag, int64_t* token, float* logprob,
-                                                     double log_norm) {
+                                                     double log_total) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned cs = cluster.num_blocks();
   const int64_t quads = (v + 3) / 4;
@@ -182,7 +182,7 @@ __device__ __noinline__ void draw_top_p_by_rejection(PlainShared& sh, cg::cluste
     if (in >= 0) {
       if (sh.pick[in] >= 0 && threadIdx.x == 0) {
         *token = t[in];
-        if (logprob) *logprob = static_cast<float>((kLogits ? yt[in] : log(yt[in])) - log_norm);
+        if (logprob) *logprob = static_cast<float>(log_share<kLogits>(yt[in], row_max, log_total));
       }
       return;
     }

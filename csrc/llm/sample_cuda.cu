@@ -155,11 +155,11 @@ struct Row {
     for (int64_t base = q_begin + threadIdx.x; base < q_end; base += kQuadsInFlight * kThreads) {
       float y[kQuadsInFlight][4];
       int n[kQuadsInFlight];
+      int64_t qs[kQuadsInFlight];
+      bool want[kQuadsInFlight];
 #pragma unroll
-      for (int t = 0; t < kQuadsInFlight; ++t) {
-        const int64_t q = base + t * kThreads;
-        n[t] = q < q_end ? load_four(xr, v, q, aligned, 1.0f, y[t]) : 0;
-      }
+      for (int t = 0; t < kQuadsInFlight; ++t) qs[t] = base + t * kThreads, want[t] = qs[t] < q_end;
+      load_quads(xr, v, qs, want, aligned, 1.0f, y, n);
 #pragma unroll
       for (int t = 0; t < kQuadsInFlight; ++t) {
         const int64_t q = base + t * kThreads;

@@ -124,12 +124,17 @@ __device__ inline RowOf<kPlan, scalar_t> make_row(const PlanArg& p, const scalar
   }
 }
 
-// A plan's rule over items 4q .. 4q + 3 (their raw values, times scale, in y): one 8-byte
-// load gives the allowed and override bits of 32 items.
+// The allowed and override bits of the 32 items around quad q: one 8-byte load.
 template <typename scalar_t>
-__device__ inline void apply_plan(const PlanRow<scalar_t>& s, int64_t v, int64_t q, int present, float scale,
+__device__ inline uint2 plan_bits(const PlanRow<scalar_t>& s, int64_t q) {
+  return reinterpret_cast<const uint2*>(s.plan)[q >> 3];
+}
+
+// A plan's rule over items 4q .. 4q + 3 (their raw values, times scale, in y), from their
+// word of bits w (plan_bits).
+template <typename scalar_t>
+__device__ inline void apply_plan(const PlanRow<scalar_t>& s, int64_t v, int64_t q, uint2 w, int present, float scale,
                                   float (&y)[4]) {
-  const uint2 w = reinterpret_cast<const uint2*>(s.plan)[q >> 3];
   const int shift = static_cast<int>(4 * (q & 7));
   const uint32_t allowed = (w.x >> shift) & 0xFu, over = (w.y >> shift) & 0xFu;
   if ((allowed & ~over) == 0xFu) return;
@@ -154,8 +159,29 @@ template <typename scalar_t>
 __device__ inline int load_four(const PlanRow<scalar_t>& s, int64_t v, int64_t q, bool aligned, float scale,
                                 float (&y)[4]) {
   const int present = load_four(s.x, v, q, aligned, scale, y);
-  apply_plan(s, v, q, present, scale, y);
+  apply_plan(s, v, q, plan_bits(s, q), present, scale, y);
   return present;
+}
+
+template <typename RowT>
+struct IsPlanRow : std::false_type {};
+template <typename scalar_t>
+struct IsPlanRow<PlanRow<scalar_t>> : std::true_type {};
+
+// N quads q[u] (those `want` picks; present[u] = 0 for the rest): every load issued before
+// any plan is applied, as a plan's branches between loads would leave one load in flight.
+template <int N, typename RowT>
+__device__ inline void load_quads(const RowT& s, int64_t v, const int64_t (&q)[N], const bool (&want)[N], bool aligned,
+                                  float scale, float (&y)[N][4], int (&present)[N]) {
+#pragma unroll
+  for (int u = 0; u < N; ++u) present[u] = want[u] ? load_four(s.x, v, q[u], aligned, scale, y[u]) : 0;
+  if constexpr (IsPlanRow<RowT>::value) {
+    uint2 w[N];
+#pragma unroll
+    for (int u = 0; u < N; ++u) w[u] = present[u] ? plan_bits(s, q[u]) : make_uint2(~0u, 0u);
+#pragma unroll
+    for (int u = 0; u < N; ++u) apply_plan(s, v, q[u], w[u], present[u], scale, y[u]);
+  }
 }
 
 // Item i's value, unscaled.
@@ -235,6 +261,14 @@ __device__ inline int walk_segment(const float (&w)[4], double target, int& h) {
   const unsigned with_weight = __ballot_sync(0xffffffffu, last >= 0);
   h = found ? hit : last;
   return found ? __ffs(found) - 1 : with_weight ? 31 - __clz(with_weight) : -1;
+}
+
+// An item's log-probability, log(w / total), from its value y (log_total = log(total)):
+// y - M first for logits, so that values near float's range keep their digits (M + log(total)
+// rounds the log away there).
+template <bool kLogits>
+__device__ inline double log_share(float y, float row_max, double log_total) {
+  return (kLogits ? static_cast<double>(y) - row_max : log(y)) - log_total;
 }
 
 // The uniform point of a draw: [0, 1) from words x and y of a Philox block, 53 bits.

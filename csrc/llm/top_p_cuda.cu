@@ -52,11 +52,11 @@ __device__ inline void for_quads(const RowT& xr, int64_t v, int64_t quads, bool 
   for (int64_t q0 = threadIdx.x; q0 < quads; q0 += int64_t{kThreads} * kTopPBatch) {
     float y[kTopPBatch][4];
     int present[kTopPBatch];
+    int64_t q[kTopPBatch];
+    bool want[kTopPBatch];
 #pragma unroll
-    for (int u = 0; u < kTopPBatch; ++u) {
-      const int64_t q = q0 + int64_t{u} * kThreads;
-      present[u] = q < quads ? load_four(xr, v, q, aligned, scale, y[u]) : 0;
-    }
+    for (int u = 0; u < kTopPBatch; ++u) q[u] = q0 + int64_t{u} * kThreads, want[u] = q[u] < quads;
+    load_quads(xr, v, q, want, aligned, scale, y, present);
     fn(y, present);
   }
 }
@@ -270,8 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)  // 64 registers: t
       if (threadIdx.x == 0) {
         tokens[row] = sh.pick[in];
         const float yt = sh.pick_y[in];
-        const double log_norm = (kLogits ? static_cast<double>(row_max) : 0.0) + log(sh.all);
-        if (logprobs) logprobs[row] = static_cast<float>((kLogits ? yt : log(yt)) - log_norm);
+        if (logprobs) logprobs[row] = static_cast<float>(log_share<kLogits>(yt, row_max, log(sh.all)));
       }
       return;
     }
