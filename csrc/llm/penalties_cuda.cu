@@ -14,6 +14,7 @@
 #include <cub/block/block_scan.cuh>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <limits>
 
 namespace wrs::llm {
@@ -40,15 +41,20 @@ struct RowArgs {
   int64_t capacity;        // a power of two >= 2 (n_output + n_prompt)
 };
 
+// A row a grid row (blockIdx.y, strided where rows pass the grid's 65,535), its items
+// strided over the grid's columns: no division an item.
 template <typename scalar_t>
-__global__ void dense_kernel(const scalar_t* __restrict__ x, float* __restrict__ out, int64_t total, RowArgs a) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t b = i / a.v, t = i - b * a.v;
+__global__ void dense_kernel(const scalar_t* __restrict__ x, float* __restrict__ out, int64_t rows, RowArgs a) {
+  for (int64_t b = blockIdx.y; b < rows; b += gridDim.y) {
     const float r = a.repetition ? a.repetition[b] : 1.0f;
-    float y = allowed(a.bitmask ? a.bitmask + b * a.words : nullptr, t) ? static_cast<float>(x[i])
-                                                                       : -std::numeric_limits<float>::infinity();
-    out[i] = r > 0.0f ? y : std::numeric_limits<float>::quiet_NaN();
+    const int32_t* bits = a.bitmask ? a.bitmask + b * a.words : nullptr;
+    const scalar_t* xr = x + b * a.v;
+    float* o = out + b * a.v;
+    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < a.v;
+         t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const float y = allowed(bits, t) ? static_cast<float>(xr[t]) : -std::numeric_limits<float>::infinity();
+      o[t] = r > 0.0f ? y : std::numeric_limits<float>::quiet_NaN();
+    }
   }
 }
 
@@ -275,10 +281,11 @@ at::Tensor penalize_logits_cuda(const at::Tensor& logits, const std::optional<at
     a.table = table.data_ptr<int32_t>();
   }
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const int64_t total = out.numel();
+  const dim3 grid(static_cast<unsigned>(ceil_div(c.v, int64_t{4} * kThreads)),
+                  static_cast<unsigned>(std::min<int64_t>(c.rows, 65535)));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.x.scalar_type(), "penalize_logits_cuda", [&] {
-    dense_kernel<scalar_t><<<grid_for(total, kThreads), kThreads, 0, stream>>>(c.x.const_data_ptr<scalar_t>(),
-                                                                               out.data_ptr<float>(), total, a);
+    dense_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(c.x.const_data_ptr<scalar_t>(), out.data_ptr<float>(),
+                                                          c.rows, a);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (a.n_masked + a.n_bias + a.n_output + a.n_prompt > 0) {
