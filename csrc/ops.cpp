@@ -146,6 +146,12 @@ TORCH_LIBRARY(wrs, m) {
         "float top_p_value=1.0, Tensor? min_p=None, float min_p_value=0.0, Tensor? seeds=None, "
         "Generator? generator=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
         {at::Tag::nondeterministic_seeded});
+  // The truncations around filter_logits' rule (csrc/llm/truncate.h), on float32 values [B, V]
+  // with a float64 control [B]; -inf outside the kept set. top_n_sigma_logits: keep values
+  // within n standard deviations of the row's maximum; typical_logits: Hugging Face's
+  // typical-p set of logits.
+  m.def("top_n_sigma_logits(Tensor values, Tensor n) -> Tensor");
+  m.def("typical_logits(Tensor logits, Tensor mass) -> Tensor");
   // Which CUDA kernel (and cluster of CTAs a row) sample_llm takes for a call of this shape
   // and these controls, by the method table (csrc/llm/route.h): for tests and the docs.
   // per_row names the controls given as per-row tensors ("top_k,top_p"); sms is the GPU's

@@ -71,6 +71,73 @@ def test_typical_after_top_k_and_sigma_before_it(device):
     assert torch.equal(torch.isfinite(out), keep)
 
 
+def _long_rows():
+    """Vocabulary-sized rows of three sharpnesses, values on a 1/8 grid (long runs of ties), a
+    seventh of them -inf."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(3, 50_000, generator=g) * torch.tensor([[0.5], [2.0], [6.0]])
+    x = (x * 8).round() / 8
+    x[:, ::7] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("mass", [0.05, 0.5, 0.9, 0.999])
+def test_typical_op_on_long_rows_with_ties(device, mass):
+    x = _long_rows()
+    out = torch.ops.wrs.typical_logits(x.to(device), torch.full((3,), mass, dtype=torch.float64, device=device))
+    for r in range(3):
+        keep = typical_reference(x[r].double(), mass) & torch.isfinite(x[r])
+        assert torch.equal(torch.isfinite(out[r].cpu()), keep)
+        assert torch.equal(out[r].cpu()[keep], x[r][keep])
+
+
+@pytest.mark.parametrize("n", [0.0, 0.3, 1.0, 3.0])
+def test_top_n_sigma_op_on_long_rows_with_ties(device, n):
+    x = _long_rows() + 100.0  # a large mean: the deviations must keep their digits
+    out = torch.ops.wrs.top_n_sigma_logits(x.to(device), torch.full((3,), n, dtype=torch.float64, device=device))
+    for r in range(3):
+        assert torch.equal(torch.isfinite(out[r].cpu()), sigma_reference(x[r].double(), n))
+
+
+def test_truncation_ops_on_special_rows(device):
+    x = torch.randn(5, 300, generator=torch.Generator().manual_seed(2)).to(device)
+    x[0, 7] = float("nan")
+    x[1, 3] = float("inf")
+    x[2] = float("-inf")
+    mass = torch.tensor([0.5, 0.5, 0.5, 1.0, 0.5], dtype=torch.float64, device=device)
+    out = torch.ops.wrs.typical_logits(x, mass)
+    assert torch.isnan(out[0, 7]) and int(torch.isfinite(out[0]).sum()) == 0  # NaN rows keep their NaN alone
+    assert int(torch.isfinite(out[1]).sum()) == 0 and not torch.isnan(out[1]).any()
+    assert torch.equal(out[2:4], x[2:4]) and 0 < int(torch.isfinite(out[4]).sum()) < 300
+    sig = torch.ops.wrs.top_n_sigma_logits(x, torch.full((5,), 0.5, dtype=torch.float64, device=device))
+    assert torch.isnan(sig[0, 7]) and sig[1, 3] == float("inf") and torch.equal(sig[2], x[2])
+    bad = torch.tensor([0.0, -0.1, 1.5, float("nan"), 0.5], dtype=torch.float64, device=device)
+    assert torch.isnan(torch.ops.wrs.typical_logits(x, bad)[:4]).all()
+    bad = torch.tensor([-1.0, float("inf"), float("nan"), 0.0, 0.5], dtype=torch.float64, device=device)
+    assert torch.isnan(torch.ops.wrs.top_n_sigma_logits(x, bad)[:3]).all()
+    empty = torch.zeros(0, 10, device=device)
+    assert torch.ops.wrs.typical_logits(empty, torch.zeros(0, dtype=torch.float64, device=device)).shape == (0, 10)
+
+
+@pytest.mark.parametrize("op, args, text", [
+    ("typical_logits", lambda d: (torch.randn(2, 5, device=d), torch.ones(2, device=d)), "mass must be float64"),
+    ("typical_logits", lambda d: (torch.randn(2, 5, device=d).double(), torch.ones(2, dtype=torch.float64, device=d)),
+     "values must be float32"),
+    ("top_n_sigma_logits", lambda d: (torch.randn(2, 5, device=d), torch.ones(3, dtype=torch.float64, device=d)),
+     r"n must be float64 \[2\]"),
+])
+def test_truncation_op_errors(device, op, args, text):
+    with pytest.raises(RuntimeError, match=text):
+        getattr(torch.ops.wrs, op)(*args(device))
+
+
+def test_truncation_ops_opcheck(device):
+    x = torch.randn(3, 40, device=device)
+    c = torch.full((3,), 0.7, dtype=torch.float64, device=device)
+    for op in (torch.ops.wrs.typical_logits.default, torch.ops.wrs.top_n_sigma_logits.default):
+        torch.library.opcheck(op, (x, c))
+
+
 @pytest.mark.parametrize("kw", [dict(typical_p=0.7), dict(top_n_sigma=1.0, temperature=0.8),
                                 dict(typical_p=0.9, top_k=50, top_n_sigma=2.0)], ids=["typical", "sigma", "all"])
 def test_law(device, kw):
@@ -133,6 +200,11 @@ def test_per_row_controls_and_invalid_rows(device):
     sig = torch.tensor([0.0, 1.0, float("nan"), -1.0], device=device)
     out = torch_wrs.filter_logits(x, top_n_sigma=sig)
     assert torch.isnan(out[2:]).all() and int(torch.isfinite(out[0]).sum()) == 1
+    greedy = torch.tensor([0.0, 0.0, 1.0, 1.0], device=device)  # greedy rows with controls out of range, too
+    for kw in (dict(typical_p=torch.tensor([0.5, 1.5, 0.5, 0.0], device=device)),
+               dict(top_n_sigma=torch.tensor([1.0, -1.0, 1.0, float("nan")], device=device))):
+        out = torch_wrs.filter_logits(x, temperature=greedy, **kw)
+        assert torch.isnan(out[[1, 3]]).all() and not torch.isnan(out[[0, 2]]).any()
     nan_row = x.clone()
     nan_row[1, 5] = float("nan")
     assert torch.isnan(torch_wrs.filter_logits(nan_row, typical_p=0.5)[1]).all()

@@ -135,6 +135,16 @@ def _filter_logits_fake(logits, *, temperature=None, temperature_value=1.0, top_
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
+@torch.library.register_fake("wrs::top_n_sigma_logits")
+def _top_n_sigma_logits_fake(values, n):
+    return torch.empty_like(values, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("wrs::typical_logits")
+def _typical_logits_fake(logits, mass):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
 @torch.library.register_fake("wrs::speculative_accept")
 def _speculative_accept_fake(draft_probs, draft_tokens, target_probs, *, generator=None):
     b, s = draft_tokens.shape

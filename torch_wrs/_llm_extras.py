@@ -1,15 +1,18 @@
-"""The truncations and log-probabilities that sample_logits adds to its fused kernel in torch
-ops: top-n-sigma, typical-p and the top-n log-probabilities with the drawn token's rank.
+"""The truncations and log-probabilities that sample_logits adds around its fused kernel:
+top-n-sigma, typical-p and the top-n log-probabilities with the drawn token's rank.
 
 Order (docs/llm.md): temperature, then top-n-sigma over the whole row, then top-k, top-p
 and min-p (the fused filter), then typical-p over what they kept (Hugging Face's warper
-order: temperature, top-k, top-p, min-p, typical-p). Decisions are made in float64."""
+order: temperature, top-k, top-p, min-p, typical-p). Decisions are made in float64, by
+the ops of csrc/llm/truncate.h."""
 from typing import NamedTuple, Optional
 
 import torch
 
 _filter_logits = torch.ops.wrs.filter_logits.default
 _top_logprobs = torch.ops.wrs.top_logprobs.default
+_top_n_sigma = torch.ops.wrs.top_n_sigma_logits.default  # csrc/llm/truncate.h states both rules
+_typical = torch.ops.wrs.typical_logits.default
 _NEG_INF = float("-inf")
 
 
@@ -69,33 +72,6 @@ def scaled(x2d, kw):
     return x2d.float() * raw_scale(x2d, kw)[:, None], (t == 0).reshape(-1, 1)
 
 
-def top_n_sigma_keep(y, n):
-    """Keep y_i >= max y - n * std(y), std over the row's finite entries (population); NaN
-    and +inf are kept, so that the filter marks their row invalid."""
-    finite = torch.isfinite(y)
-    yd = y.double()
-    count = finite.sum(-1, keepdim=True).clamp(min=1)
-    mean = torch.where(finite, yd, 0.0).sum(-1, keepdim=True) / count
-    var = (torch.where(finite, yd - mean, 0.0) ** 2).sum(-1, keepdim=True) / count
-    top = torch.where(finite, yd, _NEG_INF).amax(-1, keepdim=True)
-    return (yd >= top - n * var.sqrt()) | ~(finite | (y == _NEG_INF))
-
-
-def typical_keep(f, mass):
-    """Hugging Face's TypicalLogitsWarper in float64: the tokens closest to the row's entropy
-    in surprisal, |-log p_i - H|, fewest first, until their mass reaches ``mass``; ties with
-    the last one kept; at least one token. NaN rows are left for the filter to mark."""
-    lp = torch.log_softmax(f.double(), -1)
-    p = lp.exp()
-    entropy = -(lp * p).nansum(-1, keepdim=True)
-    shift = (-lp - entropy).abs()
-    shift_sorted, order = shift.sort(dim=-1, stable=True)
-    cum = p.gather(-1, order).cumsum(-1)
-    last = (cum < mass).sum(-1, keepdim=True).clamp(max=f.shape[-1] - 1)
-    limit = shift_sorted.gather(-1, last)
-    return (shift <= limit) | torch.isnan(f) | (mass >= 1)
-
-
 def extra_filtered(x, kw, typical_p, top_n_sigma, op):
     """The processed logits (float32, ``[..., V]``): the fused filter's output with
     top-n-sigma before it and typical-p after it; greedy rows as the fused filter leaves them."""
@@ -108,15 +84,19 @@ def extra_filtered(x, kw, typical_p, top_n_sigma, op):
         t = kw["temperature"].reshape(-1, 1).float()
         bad = ~((t >= 0) & (t <= torch.finfo(torch.float32).max))
     n = _per_row(top_n_sigma, rows, x.device, "top_n_sigma", op)
+    # The ops return NaN rows where their control is out of range; greedy rows, which take
+    # the fused filter's output below, are marked here.
     if n is not None:
-        y = y.masked_fill(~top_n_sigma_keep(y, n), _NEG_INF)
-        bad = _either(bad, ~((n >= 0) & (n < float("inf"))))
+        y = _top_n_sigma(y, n.reshape(-1))
+        if greedy is not None:
+            bad = _either(bad, ~((n >= 0) & (n < float("inf"))))
     plain = dict(kw, temperature=None, temperature_value=1.0)
     f = _filter_logits(y, **plain)
     mass = _per_row(typical_p, rows, x.device, "typical_p", op)
     if mass is not None:
-        f = f.masked_fill(~typical_keep(f, mass), _NEG_INF)
-        bad = _either(bad, ~((mass > 0) & (mass <= 1)))
+        f = _typical(f.float(), mass.reshape(-1))
+        if greedy is not None:
+            bad = _either(bad, ~((mass > 0) & (mass <= 1)))
     if greedy is not None:
         f = torch.where(greedy, _filter_logits(x2d, **kw).float(), f)
     if bad is not None:

@@ -49,6 +49,24 @@ def _torch_reference(x, kw, temperature, top_k, top_p):
     return torch.multinomial(y.softmax(-1), 1)
 
 
+def _typical_torch(x, mass):
+    """Hugging Face's TypicalLogitsWarper as written in transformers (float32 torch ops)."""
+    normalized = torch.log_softmax(x, -1)
+    p = torch.exp(normalized)
+    ent = -(normalized * p).nansum(-1, keepdim=True)
+    shifted_scores = torch.abs((-normalized) - ent)
+    sorted_scores, sorted_indices = torch.sort(shifted_scores, descending=False)
+    cumulative_probs = x.gather(-1, sorted_indices).softmax(dim=-1).cumsum(dim=-1)
+    last_ind = (cumulative_probs < mass).sum(dim=1).clamp_(max=x.shape[-1] - 1)
+    remove = sorted_scores > sorted_scores.gather(1, last_ind.view(-1, 1))
+    return x.masked_fill(remove.scatter(1, sorted_indices, remove), float("-inf"))
+
+
+def _top_n_sigma_torch(x, n):
+    """Top-n-sigma as its authors' reference writes it (float32 torch ops)."""
+    return x.masked_fill(x < x.amax(-1, keepdim=True) - n * x.std(-1, keepdim=True), float("-inf"))
+
+
 def run(args):
     gen = torch.Generator("cuda").manual_seed(0)
     controls = dict(temperature=0.7, top_k=50, top_p=0.9)
@@ -88,6 +106,10 @@ def run(args):
                                                                                              typical_p=0.9)), top_p)
         row(b, "top_n_sigma=1 (against top_p=0.9)", graphed(lambda: torch_wrs.sample_logits(x,
                                                                                              top_n_sigma=1.0)), top_p)
+        row(b, "typical_p=0.9 in torch ops (TypicalLogitsWarper), then sampling (against top_p=0.9)",
+            graphed(lambda: torch_wrs.sample_logits(_typical_torch(x, 0.9))), top_p)
+        row(b, "top_n_sigma=1 in torch ops, then sampling (against top_p=0.9)",
+            graphed(lambda: torch_wrs.sample_logits(_top_n_sigma_torch(x, 1.0))), top_p)
         masked = x.clone()
         masked[:, ::2] = float("-inf")
         for name, kw in (("plain", {}), ("top-k 50", dict(top_k=50)), ("top-p 0.9", dict(top_p=0.9)),
