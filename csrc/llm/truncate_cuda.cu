@@ -4,7 +4,7 @@
 //   typical-p: one pass for the maximum, one for sum exp(f - m), the entropy's sum and the
 //     integer mass; then levels of select_cuda.cuh's histograms (count and exact integer mass
 //     a bin) over 11-bit digits of the shifts' keys, from the top, until the bin where the mass
-//     reaches ceil(mass * M) holds one key (three levels for most rows); one pass writes.
+//     reaches ceil(mass * M) holds one item (three levels for most rows); one pass writes.
 // Rows are re-read from L2 or HBM a pass each; no sort, no float64 row in memory.
 #include "common/cuda_utils.cuh"
 #include "llm/llm.h"
