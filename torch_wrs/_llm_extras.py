@@ -91,7 +91,9 @@ def extra_filtered(x, kw, typical_p, top_n_sigma, op):
         if greedy is not None:
             bad = _either(bad, ~((n >= 0) & (n < float("inf"))))
     plain = dict(kw, temperature=None, temperature_value=1.0)
-    f = _filter_logits(y, **plain)
+    # After top-n-sigma, whose invalid rows are already NaN, a filter without controls of its
+    # own would copy the row.
+    f = _filter_logits(y, **plain) if n is None or _filters(kw) else y
     mass = _per_row(typical_p, rows, x.device, "typical_p", op)
     if mass is not None:
         f = _typical(f.float(), mass.reshape(-1))
@@ -102,6 +104,12 @@ def extra_filtered(x, kw, typical_p, top_n_sigma, op):
     if bad is not None:
         f = f.masked_fill(bad, float("nan"))
     return f.reshape(shape)
+
+
+def _filters(kw):
+    """Whether the fused filter has a control of its own (top-k, top-p, min-p) on."""
+    return (kw["top_k"] is not None or kw["top_k_value"] != 0 or kw["top_p"] is not None or kw["top_p_value"] != 1.0
+            or kw["min_p"] is not None or kw["min_p_value"] != 0.0)
 
 
 def _either(a, b):

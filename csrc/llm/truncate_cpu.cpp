@@ -34,20 +34,23 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 void sigma_row(const float* y, float* o, int64_t v, double n) {
   double sum = 0.0, top = -kInf;
   int64_t count = 0;
+  bool bad = false;
   for (int64_t i = 0; i < v; ++i) {
+    bad |= std::isnan(y[i]) || y[i] == kInf;
     if (!std::isfinite(y[i])) continue;
     sum += y[i], top = std::max(top, static_cast<double>(y[i])), ++count;
   }
-  const double mean = sum / static_cast<double>(std::max<int64_t>(count, 1));
+  if (bad || count == 0) {
+    std::fill(o, o + v, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  const double mean = sum / static_cast<double>(count);
   double var = 0.0;
   for (int64_t i = 0; i < v; ++i) {
     if (std::isfinite(y[i])) var += (y[i] - mean) * (y[i] - mean);
   }
-  const double floor = top - n * std::sqrt(var / static_cast<double>(std::max<int64_t>(count, 1)));
-  for (int64_t i = 0; i < v; ++i) {
-    const bool keep = std::isfinite(y[i]) ? static_cast<double>(y[i]) >= floor : y[i] != -kInf;
-    o[i] = keep ? y[i] : -kInf;
-  }
+  const double floor = top - n * std::sqrt(var / static_cast<double>(count));
+  for (int64_t i = 0; i < v; ++i) o[i] = static_cast<double>(y[i]) >= floor ? y[i] : -kInf;
 }
 
 void typical_row(const float* f, float* o, int64_t v, double mass, std::vector<double>& shift,

@@ -1,4 +1,7 @@
-// top_n_sigma_logits and typical_logits on CUDA (truncate.h states the rules): a CTA a row.
+// top_n_sigma_logits and typical_logits on CUDA (truncate.h states the rules): a cluster of
+// CTAs a row (route.h's cluster_size: rows fewer than the SMs are split, up to 8 CTAs), each
+// CTA over its share; the cluster's sums, maxima and histograms combined through distributed
+// shared memory.
 //   top-n-sigma: one pass for the finite entries' count, sum and maximum, one for the squared
 //     deviations (two passes, as the definition, so a large mean costs no digits), one that writes.
 //   typical-p: one pass for the maximum, one for sum exp(f - m), the entropy's sum and the
@@ -7,6 +10,7 @@
 //     reaches ceil(mass * M) holds one item (three levels for most rows); one pass writes.
 // Rows are re-read from L2 or HBM a pass each; no sort, no float64 row in memory.
 #include "common/cuda_utils.cuh"
+#include "llm/dispatch_cuda.h"
 #include "llm/llm.h"
 #include "llm/select_cuda.cuh"
 #include "llm/truncate.h"
@@ -14,6 +18,7 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cooperative_groups.h>
 #include <cub/block/block_reduce.cuh>
 #include <torch/library.h>
 
@@ -23,6 +28,8 @@
 namespace wrs::llm {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int kDigit = 11;
 constexpr int kLevels = 6;  // 11-bit digits from bit 53 down, the last of 9 bits
@@ -31,7 +38,7 @@ __device__ inline int digit_shift(int level) { return level < kLevels - 1 ? 53 -
 __device__ inline int digit_bits(int level) { return level < kLevels - 1 ? kDigit : 9; }
 
 struct Sums {
-  double w, wl;   // sum exp(f - m), sum exp(f - m) (f - m)
+  double w, wl;   // sum exp(f - m), sum exp(f - m) (f - m); top-n-sigma: sum f, unused
   uint64_t q;     // sum of the integer masses
   int count;      // finite entries (top-n-sigma)
 };
@@ -39,6 +46,24 @@ struct AddSums {
   __device__ Sums operator()(const Sums& a, const Sums& b) const {
     return Sums{a.w + b.w, a.wl + b.wl, a.q + b.q, a.count + b.count};
   }
+};
+__device__ inline Sums shfl_xor(const Sums& a, int o) {
+  return Sums{__shfl_xor_sync(0xffffffffu, a.w, o), __shfl_xor_sync(0xffffffffu, a.wl, o),
+              __shfl_xor_sync(0xffffffffu, static_cast<unsigned long long>(a.q), o),
+              __shfl_xor_sync(0xffffffffu, a.count, o)};
+}
+template <typename T>
+__device__ inline T shfl_xor(T a, int o) {
+  return __shfl_xor_sync(0xffffffffu, a, o);
+}
+
+// What each CTA leaves for the cluster to combine, a slot a pass, so no pass waits for the
+// cluster to finish reading the one before.
+struct Partials {
+  Sums sums;
+  double d;    // top-n-sigma: the maximum, then the squared deviations
+  float m;     // typical-p: the maximum
+  int bad;     // a NaN or +inf entry
 };
 
 struct Shared {
@@ -48,66 +73,101 @@ struct Shared {
     typename cub::BlockReduce<Sums, kThreads>::TempStorage sums;
   };
   CtaSelect select;
-  float m;
-  double d0, d1;
-  uint64_t total;  // typical-p: the row's integer mass
-  int count;       // top-n-sigma: the row's finite entries
+  Partials first, second;
 };
 
-// fn(i, x, valid) for each item of the row, a quad a load where the row allows it; trips past
-// the row's end come with valid = false.
+// Every CTA's *p combined by op (commutative), the same in every warp of every CTA: CTA r's
+// value read by lane r, all loads in flight at once, then a butterfly, whose two lanes of a
+// pair combine the same two values.
+template <typename T, typename Op>
+__device__ inline T cluster_all(cg::cluster_group& cluster, const T* p, T none, Op op) {
+  const unsigned lane = threadIdx.x % 32;
+  T x = lane < cluster.num_blocks() ? *cluster.map_shared_rank(p, lane) : none;
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x = op(x, shfl_xor(x, o));
+  return x;
+}
+
+// The items of the row this CTA reads: [lo, hi), whole segments of route.h's split.
+struct Share {
+  int64_t lo, hi;
+  bool quads;  // float4 loads: the row's start is 16-byte aligned and V a multiple of 4
+};
+__device__ inline Share share_of(const float* f, int64_t v, const cg::cluster_group& cluster) {
+  const int64_t items = 4 * share_quads(v, cluster.num_blocks());
+  const int64_t lo = min(v, static_cast<int64_t>(cluster.block_rank()) * items);
+  return Share{lo, min(v, lo + items), v % 4 == 0 && reinterpret_cast<uintptr_t>(f) % 16 == 0};
+}
+
+// fn(i, x, valid) for each item of the share, two quads a thread in flight where the row
+// allows quads; trips past the share's end come with valid = false.
 template <typename Fn>
-__device__ inline void for_items(const float* f, int64_t v, Fn fn) {
-  const int lane = threadIdx.x % 32;
-  if (v % 4 == 0 && reinterpret_cast<uintptr_t>(f) % 16 == 0) {
+__device__ __forceinline__ void for_items(const float* f, const Share& sh, Fn&& fn) {
+  if (sh.quads) {
     const float4* f4 = reinterpret_cast<const float4*>(f);
-    for (int64_t q0 = threadIdx.x - lane; q0 < v / 4; q0 += kThreads) {
-      const int64_t q = q0 + lane;
-      const bool valid = q < v / 4;
-      const float4 x = valid ? f4[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      fn(4 * q, x.x, valid), fn(4 * q + 1, x.y, valid), fn(4 * q + 2, x.z, valid), fn(4 * q + 3, x.w, valid);
+    const int64_t end = sh.hi / 4;
+    for (int64_t q = sh.lo / 4 + threadIdx.x; q < end; q += 2 * kThreads) {
+      const int64_t q2 = q + kThreads;
+      const bool second = q2 < end;
+      const float4 a = f4[q];
+      const float4 b = second ? f4[q2] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      fn(4 * q, a.x, true), fn(4 * q + 1, a.y, true), fn(4 * q + 2, a.z, true), fn(4 * q + 3, a.w, true);
+      fn(4 * q2, b.x, second), fn(4 * q2 + 1, b.y, second), fn(4 * q2 + 2, b.z, second), fn(4 * q2 + 3, b.w, second);
     }
     return;
   }
-  for (int64_t i0 = threadIdx.x - lane; i0 < v; i0 += kThreads) {
-    const int64_t i = i0 + lane;
-    fn(i, i < v ? f[i] : 0.0f, i < v);
-  }
+  for (int64_t i = sh.lo + threadIdx.x; i < sh.hi; i += kThreads) fn(i, f[i], true);
 }
 
-__device__ inline void nan_row(float* o, int64_t v) {
-  for (int64_t i = threadIdx.x; i < v; i += kThreads) o[i] = std::numeric_limits<float>::quiet_NaN();
+__device__ inline void nan_share(float* o, const Share& sh) {
+  for (int64_t i = sh.lo + threadIdx.x; i < sh.hi; i += kThreads) o[i] = std::numeric_limits<float>::quiet_NaN();
 }
 
 __global__ void __launch_bounds__(kThreads) sigma_kernel(const float* __restrict__ y, const double* __restrict__ n,
                                                           float* __restrict__ out, int64_t v) {
   __shared__ Shared s;
-  const float* f = y + blockIdx.x * v;
-  float* o = out + blockIdx.x * v;
-  const double nb = n[blockIdx.x];
-  if (!(nb >= 0.0 && nb < kInf)) return nan_row(o, v);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int64_t row = blockIdx.x / cluster.num_blocks();
+  const float* f = y + row * v;
+  float* o = out + row * v;
+  const Share sh = share_of(f, v, cluster);
+  const double nb = n[row];
+  if (!(nb >= 0.0 && nb < kInf)) return nan_share(o, sh);
   Sums mine{0.0, 0.0, 0, 0};
   double top = -kInf;
-  for_items(f, v, [&](int64_t, float x, bool valid) {
+  int bad = 0;
+  for_items(f, sh, [&](int64_t, float x, bool valid) {
     if (valid && isfinite(x)) mine.w += x, mine.count += 1, top = fmax(top, static_cast<double>(x));
+    if (valid) bad |= isnan(x) || x == kInf;
   });
-  const Sums all = cub::BlockReduce<Sums, kThreads>(s.sums).Reduce(mine, AddSums());
+  const Sums cta = cub::BlockReduce<Sums, kThreads>(s.sums).Reduce(mine, AddSums());
   __syncthreads();
   top = cub::BlockReduce<double, kThreads>(s.max64).Reduce(top, [](double a, double b) { return fmax(a, b); });
-  if (threadIdx.x == 0) s.d0 = all.w / static_cast<double>(max(all.count, 1)), s.d1 = top, s.count = max(all.count, 1);
-  __syncthreads();
-  const double mean = s.d0;
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0) s.first = Partials{cta, top, 0.0f, bad};
+  cluster.sync();
+  const Sums all = cluster_all(cluster, &s.first.sums, Sums{0.0, 0.0, 0, 0}, AddSums());
+  top = cluster_all(cluster, &s.first.d, -static_cast<double>(kInf), [](double a, double b) { return fmax(a, b); });
+  bad = cluster_all(cluster, &s.first.bad, 0, [](int a, int b) { return a | b; });
+  if (bad || all.count == 0) {  // the fused filter's invalid row: NaN or +inf, or no finite entry
+    nan_share(o, sh);
+    cluster.sync();  // no CTA leaves while another reads its shared memory
+    return;
+  }
+  const double mean = all.w / static_cast<double>(all.count);
   double dev = 0.0;
-  for_items(f, v, [&](int64_t, float x, bool valid) {
+  for_items(f, sh, [&](int64_t, float x, bool valid) {
     if (valid && isfinite(x)) dev += (x - mean) * (x - mean);
   });
   dev = cub::BlockReduce<double, kThreads>(s.max64).Sum(dev);
-  if (threadIdx.x == 0) s.d0 = s.d1 - nb * sqrt(dev / static_cast<double>(s.count));
-  __syncthreads();
-  const double floor = s.d0;
-  for_items(f, v, [&](int64_t i, float x, bool valid) {
-    if (valid) o[i] = (isfinite(x) ? static_cast<double>(x) >= floor : x != -kInf) ? x : -kInf;
+  if (threadIdx.x == 0) s.second.d = dev;
+  cluster.sync();
+  dev = cluster_all(cluster, &s.second.d, 0.0, [](double a, double b) { return a + b; });
+  const double floor = top - nb * sqrt(dev / static_cast<double>(all.count));
+  for_items(f, sh, [&](int64_t i, float x, bool valid) {
+    if (valid) o[i] = static_cast<double>(x) >= floor ? x : -kInf;
   });
+  cluster.sync();  // no CTA leaves while another reads its shared memory
 }
 
 __device__ inline uint64_t q_of(float f, double m, int bits) {
@@ -145,71 +205,129 @@ struct BinCache {
   __device__ __forceinline__ void flush_all(CtaSelect& s) { flush(s, s0), flush(s, s1), flush(s, s2), flush(s, s3); }
 };
 
+// A level's histogram over the CTA's share: items whose key lies under the prefix, by their
+// digit. A plain loop, not for_items: a lambda's reference to the cache put it in local memory.
+struct LevelScan {
+  double md, log_s, h;
+  uint64_t prefix;
+  int shift, width, top, bits;
+  BinCache cache;
+  __device__ __forceinline__ void visit(CtaSelect& s, float x, bool valid) {
+    const uint64_t key = typical_key(typical_shift(x, md, log_s, h));
+    if (!valid || (top < 64 && (key >> top) != prefix)) return;
+    cache.add(s, static_cast<int>((key >> shift) & ((uint64_t{1} << width) - 1)), q_of(x, md, bits));
+  }
+  __device__ __forceinline__ void run(CtaSelect& s, const float* f, const Share& sh) {
+    if (sh.quads) {
+      const float4* f4 = reinterpret_cast<const float4*>(f);
+      const int64_t end = sh.hi / 4;
+      for (int64_t q = sh.lo / 4 + threadIdx.x; q < end; q += 2 * kThreads) {
+        const bool second = q + kThreads < end;
+        const float4 a = f4[q];
+        const float4 b = second ? f4[q + kThreads] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        visit(s, a.x, true), visit(s, a.y, true), visit(s, a.z, true), visit(s, a.w, true);
+        visit(s, b.x, second), visit(s, b.y, second), visit(s, b.z, second), visit(s, b.w, second);
+      }
+    } else {
+      for (int64_t i = sh.lo + threadIdx.x; i < sh.hi; i += kThreads) visit(s, f[i], true);
+    }
+    cache.flush_all(s);
+  }
+};
+
+// The cluster's histogram in every CTA's own: thread t sums its bins over the CTAs' copies,
+// and writes them once every CTA has read.
+__device__ inline void merge_histograms(CtaSelect& s, cg::cluster_group& cluster) {
+  const int cs = static_cast<int>(cluster.num_blocks());
+  uint32_t count[kBinsPerThread] = {};
+  uint64_t mass[kBinsPerThread] = {};
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) {
+    if (r >= cs) break;
+    const CtaSelect* other = cluster.map_shared_rank(&s, r);
+#pragma unroll
+    for (int j = 0; j < kBinsPerThread; ++j) {
+      const int b = threadIdx.x + j * kThreads;
+      count[j] += other->count[b], mass[j] += other->mass[b];
+    }
+  }
+  cluster.sync();  // every CTA's histogram read before any is overwritten
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) {
+    const int b = threadIdx.x + j * kThreads;
+    s.count[b] = count[j], s.mass[b] = mass[j];
+  }
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kThreads) typical_kernel(const float* __restrict__ y,
                                                             const double* __restrict__ mass, float* __restrict__ out,
                                                             int64_t v, int bits) {
   __shared__ Shared s;
-  const float* f = y + blockIdx.x * v;
-  float* o = out + blockIdx.x * v;
-  const double p = mass[blockIdx.x];
-  if (!(p > 0.0 && p <= 1.0)) return nan_row(o, v);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int64_t row = blockIdx.x / cluster.num_blocks();
+  const float* f = y + row * v;
+  float* o = out + row * v;
+  const Share sh = share_of(f, v, cluster);
+  const double p = mass[row];
+  if (!(p > 0.0 && p <= 1.0)) return nan_share(o, sh);
   float m = -kInf;
   int bad = 0;
-  for_items(f, v, [&](int64_t, float x, bool valid) {
+  for_items(f, sh, [&](int64_t, float x, bool valid) {
     if (valid) bad |= isnan(x) || x == kInf, m = fmaxf(m, x);
   });
   m = cub::BlockReduce<float, kThreads>(s.max).Reduce(m, [](float a, float b) { return fmaxf(a, b); });
-  if (threadIdx.x == 0) s.m = m;
   bad = __syncthreads_or(bad);
-  m = s.m;
+  if (threadIdx.x == 0) s.first.m = m, s.first.bad = bad;
+  cluster.sync();
+  m = cluster_all(cluster, &s.first.m, -kInf, [](float a, float b) { return fmaxf(a, b); });
+  bad = cluster_all(cluster, &s.first.bad, 0, [](int a, int b) { return a | b; });
   if (p == 1.0 || m == -kInf || bad) {  // the row as it is, or its NaN entries alone
     const bool keep_all = p == 1.0 || m == -kInf;
-    for_items(f, v, [&](int64_t i, float x, bool valid) {
+    for_items(f, sh, [&](int64_t i, float x, bool valid) {
       if (valid) o[i] = keep_all || isnan(x) ? x : -kInf;
     });
+    cluster.sync();  // no CTA leaves while another reads its shared memory
     return;
   }
   const double md = m;
+  const double scale = static_cast<double>(uint64_t{1} << bits);
   Sums mine{0.0, 0.0, 0, 0};
-  for_items(f, v, [&](int64_t, float x, bool valid) {
+  for_items(f, sh, [&](int64_t, float x, bool valid) {
     const double l = static_cast<double>(x) - md, w = valid ? exp(l) : 0.0;
-    if (w > 0.0) mine.w += w, mine.wl += w * l, mine.q += q_of(x, md, bits);
+    // q_of's integer mass from the same exp
+    if (w > 0.0) mine.w += w, mine.wl += w * l, mine.q += static_cast<uint64_t>(w * scale + 0.5);
   });
-  const Sums all = cub::BlockReduce<Sums, kThreads>(s.sums).Reduce(mine, AddSums());
-  if (threadIdx.x == 0) {
-    s.d0 = log(all.w);
-    s.d1 = s.d0 - all.wl / all.w;  // H = log S - sum w l / S
-    s.total = all.q;
-  }
-  __syncthreads();
-  const double log_s = s.d0, h = s.d1;
-  const uint64_t total = s.total;
+  const Sums cta = cub::BlockReduce<Sums, kThreads>(s.sums).Reduce(mine, AddSums());
+  if (threadIdx.x == 0) s.second.sums = cta;
+  cluster.sync();
+  const Sums all = cluster_all(cluster, &s.second.sums, Sums{0.0, 0.0, 0, 0}, AddSums());
+  LevelScan scan;
+  scan.md = md, scan.log_s = log(all.w), scan.h = scan.log_s - all.wl / all.w;  // H = log S - sum w l / S
+  scan.bits = bits, scan.prefix = 0;
+  const uint64_t total = all.q;
   const double want = ceil(p * static_cast<double>(total));
   const uint64_t target = want < 1.0 ? 1 : want >= static_cast<double>(total) ? total : static_cast<uint64_t>(want);
-  uint64_t prefix = 0, threshold = 0;
+  uint64_t threshold = 0;
   CountMass above{0, 0};
   for (int level = 0; level < kLevels; ++level) {
-    const int shift = digit_shift(level), width = digit_bits(level), top = shift + width;
+    scan.shift = digit_shift(level), scan.width = digit_bits(level), scan.top = scan.shift + scan.width;
     __syncthreads();  // the last level's boundary read before the histograms are cleared
     for (int b = threadIdx.x; b < kBins; b += kThreads) s.select.count[b] = 0, s.select.mass[b] = 0;
     __syncthreads();
-    BinCache cache;  // a plain loop, not for_items: a lambda's reference would put it in local memory
-    for (int64_t i = threadIdx.x; i < v; i += kThreads) {
-      const float x = f[i];
-      const uint64_t key = typical_key(typical_shift(x, md, log_s, h));
-      if (top < 64 && (key >> top) != prefix) continue;
-      cache.add(s.select, static_cast<int>((key >> shift) & ((uint64_t{1} << width) - 1)), q_of(x, md, bits));
-    }
-    cache.flush_all(s.select);
-    __syncthreads();
+    scan.cache = BinCache{};
+    scan.run(s.select, f, sh);
+    cluster.sync();  // every CTA's histogram complete
+    if (cluster.num_blocks() > 1) merge_histograms(s.select, cluster);
     const Boundary b = find_boundary(s.select.count, s.select.mass, above, target, true, s.select.scan, &s.select.boundary);
     if (b.bin < 0) break;  // out of reach (it is not: target <= total): keep the row
-    prefix = (prefix << width) | static_cast<uint64_t>(b.bin);
-    threshold = prefix << shift;
+    scan.prefix = (scan.prefix << scan.width) | static_cast<uint64_t>(b.bin);
+    threshold = scan.prefix << scan.shift;
     if (b.in_bin.count == 1) break;
     above = b.above;
   }
-  for_items(f, v, [&](int64_t i, float x, bool valid) {
+  const double log_s = scan.log_s, h = scan.h;
+  for_items(f, sh, [&](int64_t i, float x, bool valid) {
     if (valid) o[i] = typical_key(typical_shift(x, md, log_s, h)) >= threshold ? x : -kInf;
   });
 }
@@ -219,18 +337,17 @@ at::Tensor truncate_cuda(const at::Tensor& y, const at::Tensor& control, const c
   const TruncateCall c = prepare_truncate(y, control, op, name);
   at::Tensor out = at::empty_like(c.y);
   if (c.rows == 0 || c.v == 0) return out;
-  TORCH_CHECK(c.rows <= std::numeric_limits<int32_t>::max(), op, ": at most 2^31 - 1 rows, got ", c.rows);
   const c10::cuda::CUDAGuard guard(c.y.device());
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  const unsigned grid = static_cast<unsigned>(c.rows);
+  const int cluster = cluster_size(c.rows, c.v, false);
+  TORCH_CHECK(c.rows * cluster <= std::numeric_limits<int32_t>::max(), op, ": at most 2^31 - 1 CTAs, got ", c.rows,
+              " rows of ", cluster);
   if constexpr (kTypical) {
-    typical_kernel<<<grid, kThreads, 0, stream>>>(c.y.const_data_ptr<float>(), c.control.const_data_ptr<double>(),
-                                                  out.data_ptr<float>(), c.v, mass_bits(c.v));
+    launch_clusters(false, typical_kernel, c.rows, cluster, kThreads, 0, c.y.const_data_ptr<float>(),
+                    c.control.const_data_ptr<double>(), out.data_ptr<float>(), c.v, mass_bits(c.v));
   } else {
-    sigma_kernel<<<grid, kThreads, 0, stream>>>(c.y.const_data_ptr<float>(), c.control.const_data_ptr<double>(),
-                                                out.data_ptr<float>(), c.v);
+    launch_clusters(false, sigma_kernel, c.rows, cluster, kThreads, 0, c.y.const_data_ptr<float>(),
+                    c.control.const_data_ptr<double>(), out.data_ptr<float>(), c.v);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
 
