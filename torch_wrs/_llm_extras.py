@@ -91,10 +91,10 @@ def extra_filtered(x, kw, typical_p, top_n_sigma, op):
         if greedy is not None:
             bad = _either(bad, ~((n >= 0) & (n < float("inf"))))
     plain = dict(kw, temperature=None, temperature_value=1.0)
-    # After top-n-sigma, whose invalid rows are already NaN, a filter without controls of its
-    # own would copy the row.
-    f = _filter_logits(y, **plain) if n is None or _filters(kw) else y
     mass = _per_row(typical_p, rows, x.device, "typical_p", op)
+    # The ops mark invalid rows NaN as the filter does: a filter without controls of its own
+    # would only copy the row.
+    f = _filter_logits(y, **plain) if _filters(kw) else y
     if mass is not None:
         f = _typical(f.float(), mass.reshape(-1))
         if greedy is not None:

@@ -3,13 +3,12 @@
 // as ops on float32 values y [B, V] with a float64 control a row [B]; -inf outside the kept
 // set, a row at a time, the decisions in float64:
 //   top_n_sigma_logits(y, n): keep y_i >= max y - n_b * std(y), the maximum and the population
-//     std over the row's finite entries. A row holding NaN or +inf, or no finite entry, comes
-//     back NaN: the fused filter's invalid row, so that a filter with no control of its own
-//     after it may be left out.
+//     std over the row's finite entries.
 //   typical_logits(f, mass): Hugging Face's TypicalLogitsWarper. lp = log_softmax(f), H =
 //     -sum p lp, shift_i = |-lp_i - H|; keep the fewest smallest shifts whose mass reaches
-//     mass_b, ties with the last one kept. mass_b = 1 keeps the row; a row holding NaN or +inf
-//     keeps only its NaN entries, as the warper's NaN log_softmax does.
+//     mass_b, ties with the last one kept. mass_b = 1 keeps the row.
+// In both, a row holding NaN or +inf, or no finite entry, comes back NaN: the fused filter's
+// invalid row, so that sample_logits leaves out a filter with no control of its own.
 // A row whose control is out of range (n < 0, infinite or NaN; mass not in (0, 1]) comes back
 // NaN, as the fused filter marks its invalid rows.
 // CPU: the definition, a sort of each row's shifts. CUDA (truncate_cuda.cu): a cluster of CTAs

@@ -58,12 +58,12 @@ void typical_row(const float* f, float* o, int64_t v, double mass, std::vector<d
   float m = -kInf;
   bool bad = false;
   for (int64_t i = 0; i < v; ++i) bad |= std::isnan(f[i]) || f[i] == kInf, m = std::max(m, f[i]);
-  if (!(mass < 1.0) || m == -kInf) {
-    std::copy(f, f + v, o);
+  if (bad || m == -kInf) {
+    std::fill(o, o + v, std::numeric_limits<float>::quiet_NaN());
     return;
   }
-  if (bad) {
-    for (int64_t i = 0; i < v; ++i) o[i] = std::isnan(f[i]) ? f[i] : -kInf;
+  if (!(mass < 1.0)) {
+    std::copy(f, f + v, o);
     return;
   }
   double s = 0.0;

@@ -4,10 +4,11 @@
 // shared memory.
 //   top-n-sigma: one pass for the finite entries' count, sum and maximum, one for the squared
 //     deviations (two passes, as the definition, so a large mean costs no digits), one that writes.
-//   typical-p: one pass for the maximum, one for sum exp(f - m), the entropy's sum and the
-//     integer mass; then levels of select_cuda.cuh's histograms (count and exact integer mass
-//     a bin) over 11-bit digits of the shifts' keys, from the top, until the bin where the mass
-//     reaches ceil(mass * M) holds one item (three levels for most rows); one pass writes.
+//   typical-p: one pass for the maximum and the least finite entry, one for sum exp(f - m),
+//     the entropy's sum and the integer mass; then levels of select_cuda.cuh's histograms
+//     (count and exact integer mass a bin) until the bin where the mass reaches ceil(mass * M)
+//     holds one key: the shifts binned linearly, then 11-bit digits of the boundary bin's
+//     keys (LevelScan); one pass writes.
 // Rows are re-read from L2 or HBM a pass each; no sort, no float64 row in memory.
 #include "common/cuda_utils.cuh"
 #include "llm/dispatch_cuda.h"
@@ -31,11 +32,7 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr int kDigit = 11;
-constexpr int kLevels = 6;  // 11-bit digits from bit 53 down, the last of 9 bits
-
-__device__ inline int digit_shift(int level) { return level < kLevels - 1 ? 53 - kDigit * level : 0; }
-__device__ inline int digit_bits(int level) { return level < kLevels - 1 ? kDigit : 9; }
+constexpr int kDigit = 11;  // bits of a radix level of the shifts' keys
 
 struct Sums {
   double w, wl;   // sum exp(f - m), sum exp(f - m) (f - m); top-n-sigma: sum f, unused
@@ -62,7 +59,7 @@ __device__ inline T shfl_xor(T a, int o) {
 struct Partials {
   Sums sums;
   double d;    // top-n-sigma: the maximum, then the squared deviations
-  float m;     // typical-p: the maximum
+  float m, lo;  // typical-p: the maximum, the least finite entry
   int bad;     // a NaN or +inf entry
 };
 
@@ -144,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) sigma_kernel(const float* __restrict
   __syncthreads();
   top = cub::BlockReduce<double, kThreads>(s.max64).Reduce(top, [](double a, double b) { return fmax(a, b); });
   bad = __syncthreads_or(bad);
-  if (threadIdx.x == 0) s.first = Partials{cta, top, 0.0f, bad};
+  if (threadIdx.x == 0) s.first = Partials{cta, top, 0.0f, 0.0f, bad};
   cluster.sync();
   const Sums all = cluster_all(cluster, &s.first.sums, Sums{0.0, 0.0, 0, 0}, AddSums());
   top = cluster_all(cluster, &s.first.d, -static_cast<double>(kInf), [](double a, double b) { return fmax(a, b); });
@@ -205,16 +202,29 @@ struct BinCache {
   __device__ __forceinline__ void flush_all(CtaSelect& s) { flush(s, s0), flush(s, s1), flush(s, s2), flush(s, s3); }
 };
 
-// A level's histogram over the CTA's share: items whose key lies under the prefix, by their
-// digit. A plain loop, not for_items: a lambda's reference to the cache put it in local memory.
+// A level's histogram over the CTA's share. The first level bins the shifts linearly over
+// [0, S] (bin 2047 - floor(shift * 2048 / S), clamped; S bounds the shifts of items with a
+// non-zero integer mass), so that the row's items spread over the bins; the radix levels then
+// take the keys of the boundary bin's items, from the highest bit in which they can differ. A
+// plain loop, not for_items: a lambda's reference to the cache put it in local memory.
 struct LevelScan {
-  double md, log_s, h;
+  double md, log_s, h, inv_w;
   uint64_t prefix;
+  int linear_bin;  // the first level's boundary bin, or -1 during the first level
   int shift, width, top, bits;
   BinCache cache;
+  __device__ __forceinline__ double shift_of(float x) const { return typical_shift(x, md, log_s, h); }
+  // Bins in decreasing order of shifts' ranks, as keys: a larger bin holds smaller shifts.
+  __device__ __forceinline__ int linear_of(double sh) const {
+    return kBins - 1 - static_cast<int>(fmin(sh * inv_w, static_cast<double>(kBins - 1)));
+  }
   __device__ __forceinline__ void visit(CtaSelect& s, float x, bool valid) {
-    const uint64_t key = typical_key(typical_shift(x, md, log_s, h));
-    if (!valid || (top < 64 && (key >> top) != prefix)) return;
+    const double sh = shift_of(x);
+    const int lin = linear_of(sh);
+    if (!valid) return;
+    if (linear_bin < 0) return cache.add(s, lin, q_of(x, md, bits));
+    const uint64_t key = typical_key(sh);
+    if (lin != linear_bin || (top < 64 && (key >> top) != prefix)) return;
     cache.add(s, static_cast<int>((key >> shift) & ((uint64_t{1} << width) - 1)), q_of(x, md, bits));
   }
   __device__ __forceinline__ void run(CtaSelect& s, const float* f, const Share& sh) {
@@ -232,6 +242,19 @@ struct LevelScan {
       for (int64_t i = sh.lo + threadIdx.x; i < sh.hi; i += kThreads) visit(s, f[i], true);
     }
     cache.flush_all(s);
+  }
+  // The bits in which the keys of the first level's bin b may differ (64: any), and the
+  // bits above them (prefix): from the bin's range of shifts, widened by far more than the
+  // rounding of linear_of.
+  __device__ void start_radix(int b) {
+    linear_bin = b, top = 64, prefix = 0;
+    if (!(inv_w > 0.0 && inv_w < 1e300)) return;
+    const double lo = static_cast<double>(kBins - 1 - b) / inv_w * (1.0 - 0x1p-40);
+    const double hi = b == 0 ? INFINITY : static_cast<double>(kBins - b) / inv_w * (1.0 + 0x1p-40);
+    if (!(lo == 0.0 || lo >= 1e-290)) return;  // (subnormal ranges round coarser)
+    const uint64_t high = typical_key(lo), low = typical_key(hi);
+    top = high == low ? 0 : 64 - __clzll(static_cast<long long>(high ^ low));
+    prefix = top >= 64 ? 0 : high >> top;
   }
 };
 
@@ -271,21 +294,23 @@ __global__ void __launch_bounds__(kThreads) typical_kernel(const float* __restri
   const Share sh = share_of(f, v, cluster);
   const double p = mass[row];
   if (!(p > 0.0 && p <= 1.0)) return nan_share(o, sh);
-  float m = -kInf;
+  float m = -kInf, lo = kInf;
   int bad = 0;
   for_items(f, sh, [&](int64_t, float x, bool valid) {
-    if (valid) bad |= isnan(x) || x == kInf, m = fmaxf(m, x);
+    if (valid) bad |= isnan(x) || x == kInf, m = fmaxf(m, x), lo = x > -kInf ? fminf(lo, x) : lo;
   });
   m = cub::BlockReduce<float, kThreads>(s.max).Reduce(m, [](float a, float b) { return fmaxf(a, b); });
+  __syncthreads();
+  lo = cub::BlockReduce<float, kThreads>(s.max).Reduce(lo, [](float a, float b) { return fminf(a, b); });
   bad = __syncthreads_or(bad);
-  if (threadIdx.x == 0) s.first.m = m, s.first.bad = bad;
+  if (threadIdx.x == 0) s.first.m = m, s.first.lo = lo, s.first.bad = bad;
   cluster.sync();
   m = cluster_all(cluster, &s.first.m, -kInf, [](float a, float b) { return fmaxf(a, b); });
   bad = cluster_all(cluster, &s.first.bad, 0, [](int a, int b) { return a | b; });
-  if (p == 1.0 || m == -kInf || bad) {  // the row as it is, or its NaN entries alone
-    const bool keep_all = p == 1.0 || m == -kInf;
+  if (p == 1.0 || m == -kInf || bad) {  // the filter's invalid row, or the row as it is
+    const bool invalid = m == -kInf || bad;
     for_items(f, sh, [&](int64_t i, float x, bool valid) {
-      if (valid) o[i] = keep_all || isnan(x) ? x : -kInf;
+      if (valid) o[i] = invalid ? std::numeric_limits<float>::quiet_NaN() : x;
     });
     cluster.sync();  // no CTA leaves while another reads its shared memory
     return;
@@ -304,14 +329,19 @@ __global__ void __launch_bounds__(kThreads) typical_kernel(const float* __restri
   const Sums all = cluster_all(cluster, &s.second.sums, Sums{0.0, 0.0, 0, 0}, AddSums());
   LevelScan scan;
   scan.md = md, scan.log_s = log(all.w), scan.h = scan.log_s - all.wl / all.w;  // H = log S - sum w l / S
-  scan.bits = bits, scan.prefix = 0;
+  scan.bits = bits, scan.linear_bin = -1;
+  // S: the larger shift of the maximum and of the least entry that can carry integer mass
+  const float least = fmaxf(cluster_all(cluster, &s.first.lo, kInf, [](float a, float b) { return fminf(a, b); }),
+                            m - static_cast<float>(bits + 2));
+  const double range = fmax(scan.shift_of(m), scan.shift_of(least));
+  scan.inv_w = range > 0.0 ? static_cast<double>(kBins) / range : 0.0;
   const uint64_t total = all.q;
   const double want = ceil(p * static_cast<double>(total));
   const uint64_t target = want < 1.0 ? 1 : want >= static_cast<double>(total) ? total : static_cast<uint64_t>(want);
   uint64_t threshold = 0;
   CountMass above{0, 0};
-  for (int level = 0; level < kLevels; ++level) {
-    scan.shift = digit_shift(level), scan.width = digit_bits(level), scan.top = scan.shift + scan.width;
+  for (int level = 0;; ++level) {
+    if (level > 0) scan.shift = max(0, scan.top - kDigit), scan.width = scan.top - scan.shift;
     __syncthreads();  // the last level's boundary read before the histograms are cleared
     for (int b = threadIdx.x; b < kBins; b += kThreads) s.select.count[b] = 0, s.select.mass[b] = 0;
     __syncthreads();
@@ -320,15 +350,26 @@ __global__ void __launch_bounds__(kThreads) typical_kernel(const float* __restri
     cluster.sync();  // every CTA's histogram complete
     if (cluster.num_blocks() > 1) merge_histograms(s.select, cluster);
     const Boundary b = find_boundary(s.select.count, s.select.mass, above, target, true, s.select.scan, &s.select.boundary);
-    if (b.bin < 0) break;  // out of reach (it is not: target <= total): keep the row
-    scan.prefix = (scan.prefix << scan.width) | static_cast<uint64_t>(b.bin);
-    threshold = scan.prefix << scan.shift;
-    if (b.in_bin.count == 1) break;
+    if (b.bin < 0) {  // out of reach (it is not: target <= total): keep the row
+      if (level == 0) scan.linear_bin = 0;
+      break;
+    }
+    if (level == 0) {
+      scan.start_radix(b.bin);
+      threshold = scan.top >= 64 ? 0 : scan.prefix << scan.top;
+    } else {
+      scan.prefix = (scan.prefix << scan.width) | static_cast<uint64_t>(b.bin);
+      threshold = scan.prefix << scan.shift;
+      scan.top = scan.shift;
+    }
+    if (b.in_bin.count == 1 || scan.top == 0) break;
     above = b.above;
   }
-  const double log_s = scan.log_s, h = scan.h;
+  // Kept: the first level's bins above the boundary bin, and its items from the threshold up.
   for_items(f, sh, [&](int64_t i, float x, bool valid) {
-    if (valid) o[i] = typical_key(typical_shift(x, md, log_s, h)) >= threshold ? x : -kInf;
+    const double shift = scan.shift_of(x);
+    const int lin = scan.linear_of(shift);
+    if (valid) o[i] = lin > scan.linear_bin || (lin == scan.linear_bin && typical_key(shift) >= threshold) ? x : -kInf;
   });
 }
 
