@@ -235,6 +235,24 @@ def test_per_row_controls_and_invalid_rows(device):
     assert torch.isnan(torch_wrs.filter_logits(nan_row, typical_p=0.5)[1]).all()
 
 
+@pytest.mark.parametrize("kw", [dict(typical_p=0.7), dict(top_n_sigma=1.0), dict(typical_p=0.7, top_n_sigma=1.0)],
+                         ids=["typical", "sigma", "both"])
+def test_left_out_filter_changes_nothing(device, kw):
+    """Without top-k, top-p or min-p the fused filter is left out; a top-k of V runs it and
+    keeps every token, so both give the same law, invalid rows included."""
+    x = torch.stack([_row(s, 300) for s in range(5)]).to(device)
+    x[1, 4] = float("nan")
+    x[2, 9] = float("inf")
+    x[3] = float("-inf")
+    alone = torch_wrs.filter_logits(x, temperature=0.8, **kw)
+    filtered = torch_wrs.filter_logits(x, temperature=0.8, top_k=300, **kw)
+    assert torch.isnan(alone[1:4]).all() and torch.isfinite(alone[[0, 4]]).any(-1).all()
+    assert torch.equal(alone.isnan(), filtered.isnan()) and torch.equal(alone.nan_to_num(), filtered.nan_to_num())
+    draws = [torch_wrs.sample_logits(x, 4, temperature=0.8, generator=torch.Generator(device).manual_seed(3),
+                                     return_logprobs="processed", **extra, **kw) for extra in ({}, dict(top_k=300))]
+    assert torch.equal(draws[0][0], draws[1][0]) and torch.equal(draws[0][1].isnan(), draws[1][1].isnan())
+
+
 def test_reproducible_seeds_dtypes_strides_and_empty(device):
     x = torch.stack([_row(s, 256) for s in range(6)]).to(device)
     kw = dict(typical_p=0.8, top_n_sigma=2.0)

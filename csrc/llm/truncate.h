@@ -12,9 +12,10 @@
 // A row whose control is out of range (n < 0, infinite or NaN; mass not in (0, 1]) comes back
 // NaN, as the fused filter marks its invalid rows.
 // CPU: the definition, a sort of each row's shifts. CUDA (truncate_cuda.cu): a cluster of CTAs
-// a row, no sort; the shifts' float64 bits are searched as keys, level by level, for the bin where the
-// mass reaches the target, in exact integer masses (llm.h's q_i). Both give the definition's
-// set, but where the kept mass lies within about 2^-40 of the target.
+// a row, no sort; the shifts are searched level by level (binned linearly, then by their
+// float64 bits) for the bin where the mass reaches the target, in exact integer masses
+// (llm.h's q_i). Both give the definition's set, but where the kept mass lies within about
+// 2^-40 of the target.
 #include "common/macros.h"
 
 #include <ATen/core/Tensor.h>
