@@ -1,6 +1,7 @@
 // top_n_sigma_logits and typical_logits: the argument checks, and the CPU kernels (a row at a
 // time, rows in parallel); truncate.h states the rules.
 #include "common/parallel.h"
+#include "llm/llm.h"
 #include "llm/truncate.h"
 
 #include <ATen/ATen.h>
@@ -9,7 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
+#include <utility>
 #include <vector>
 
 namespace wrs::llm {
@@ -53,8 +54,19 @@ void sigma_row(const float* y, float* o, int64_t v, double n) {
   for (int64_t i = 0; i < v; ++i) o[i] = static_cast<double>(y[i]) >= floor ? y[i] : -kInf;
 }
 
-void typical_row(const float* f, float* o, int64_t v, double mass, std::vector<double>& shift,
-                 std::vector<double>& p, std::vector<int64_t>& order) {
+// A row's buffers for typical_row.
+struct TypicalScratch {
+  std::vector<double> w, shift;                // exp(f_i - m), shift_i
+  std::vector<uint64_t> bucket_mass;           // integer mass a bucket
+  std::vector<std::pair<double, uint64_t>> in_bucket;  // the boundary bucket's (shift, q)
+  void resize(int64_t v) { w.resize(v), shift.resize(v), bucket_mass.resize(kBuckets); }
+  static constexpr int kBuckets = 4096;
+};
+
+// The shifts are ranked without a sort, by integer masses q_i = round(exp(f_i - m) 2^B) as
+// on CUDA (truncate_cuda.cu's q_of): buckets linear in the shift over [0, the largest shift
+// with mass] give the bucket where the mass reaches ceil(mass M); only its items are sorted.
+void typical_row(const float* f, float* o, int64_t v, double mass, TypicalScratch& t) {
   float m = -kInf;
   bool bad = false;
   for (int64_t i = 0; i < v; ++i) bad |= std::isnan(f[i]) || f[i] == kInf, m = std::max(m, f[i]);
@@ -67,25 +79,53 @@ void typical_row(const float* f, float* o, int64_t v, double mass, std::vector<d
     return;
   }
   double s = 0.0;
-  for (int64_t i = 0; i < v; ++i) s += std::exp(static_cast<double>(f[i]) - m);
+  for (int64_t i = 0; i < v; ++i) s += t.w[i] = std::exp(static_cast<double>(f[i]) - m);
   const double log_s = std::log(s);
   double h = 0.0;
   for (int64_t i = 0; i < v; ++i) {
     const double lp = (static_cast<double>(f[i]) - m) - log_s;
-    p[i] = std::exp(lp);
-    if (p[i] > 0.0) h -= p[i] * lp;
+    const double p = std::exp(lp);
+    if (p > 0.0) h -= p * lp;
   }
-  for (int64_t i = 0; i < v; ++i) shift[i] = typical_shift(f[i], m, log_s, h);
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return shift[a] < shift[b]; });
-  double cum = 0.0;
-  int64_t last = 0;  // the first place where the cumulative mass reaches `mass` (the last one kept)
-  for (; last < v - 1; ++last) {
-    cum += p[order[last]];
-    if (!(cum < mass)) break;
+  const double scale = static_cast<double>(uint64_t{1} << mass_bits(v));
+  uint64_t total = 0;
+  double top = 0.0;  // the largest shift of an item with mass
+  for (int64_t i = 0; i < v; ++i) {
+    t.shift[i] = typical_shift(f[i], m, log_s, h);
+    const uint64_t q = static_cast<uint64_t>(t.w[i] * scale + 0.5);
+    total += q;
+    if (q > 0) top = std::max(top, t.shift[i]);
   }
-  const double limit = shift[order[last]];
-  for (int64_t i = 0; i < v; ++i) o[i] = shift[i] <= limit ? f[i] : -kInf;
+  const double want = std::ceil(mass * static_cast<double>(total));
+  const uint64_t target = want < 1.0 ? 1 : want >= static_cast<double>(total) ? total : static_cast<uint64_t>(want);
+  // Buckets in increasing order of shifts (monotone in the shift, so ties share one).
+  const double inv = top > 0.0 ? TypicalScratch::kBuckets / top : 0.0;
+  auto bucket_of = [&](double shift) {
+    const double b = shift * inv;  // NaN (an infinite shift times 0) and beyond: the last bucket
+    return b < TypicalScratch::kBuckets - 1 ? static_cast<int>(b) : TypicalScratch::kBuckets - 1;
+  };
+  std::fill(t.bucket_mass.begin(), t.bucket_mass.end(), uint64_t{0});
+  for (int64_t i = 0; i < v; ++i) {
+    t.bucket_mass[bucket_of(t.shift[i])] += static_cast<uint64_t>(t.w[i] * scale + 0.5);
+  }
+  uint64_t cum = 0;
+  int boundary = 0;
+  while (cum + t.bucket_mass[boundary] < target) cum += t.bucket_mass[boundary++];
+  t.in_bucket.clear();
+  for (int64_t i = 0; i < v; ++i) {
+    if (bucket_of(t.shift[i]) == boundary) {
+      t.in_bucket.emplace_back(t.shift[i], static_cast<uint64_t>(t.w[i] * scale + 0.5));
+    }
+  }
+  std::sort(t.in_bucket.begin(), t.in_bucket.end());
+  double limit = t.in_bucket.back().first;
+  for (const auto& [shift, q] : t.in_bucket) {
+    if ((cum += q) >= target) {
+      limit = shift;
+      break;
+    }
+  }
+  for (int64_t i = 0; i < v; ++i) o[i] = t.shift[i] <= limit ? f[i] : -kInf;
 }
 
 template <bool kTypical>
@@ -97,14 +137,14 @@ at::Tensor truncate_cpu(const at::Tensor& y, const at::Tensor& control, const ch
   const double* ctl = c.control.const_data_ptr<double>();
   float* o = out.data_ptr<float>();
   wrs::parallel_for(0, c.rows, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<double> shift(kTypical ? c.v : 0), p(kTypical ? c.v : 0);
-    std::vector<int64_t> order(kTypical ? c.v : 0);
+    TypicalScratch scratch;
+    if (kTypical) scratch.resize(c.v);
     for (int64_t b = lo; b < hi; ++b) {
       const double k = ctl[b];
       if (kTypical ? !(k > 0.0 && k <= 1.0) : !(k >= 0.0 && k < std::numeric_limits<double>::infinity())) {
         std::fill(o + b * c.v, o + (b + 1) * c.v, std::numeric_limits<float>::quiet_NaN());
       } else if constexpr (kTypical) {
-        typical_row(x + b * c.v, o + b * c.v, c.v, k, shift, p, order);
+        typical_row(x + b * c.v, o + b * c.v, c.v, k, scratch);
       } else {
         sigma_row(x + b * c.v, o + b * c.v, c.v, k);
       }
