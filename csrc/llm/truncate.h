@@ -11,11 +11,11 @@
 // invalid row, so that sample_logits leaves out a filter with no control of its own.
 // A row whose control is out of range (n < 0, infinite or NaN; mass not in (0, 1]) comes back
 // NaN, as the fused filter marks its invalid rows.
-// CPU: the definition, a sort of each row's shifts. CUDA (truncate_cuda.cu): a cluster of CTAs
-// a row, no sort; the shifts are searched level by level (binned linearly, then by their
-// float64 bits) for the bin where the mass reaches the target, in exact integer masses
-// (llm.h's q_i). Both give the definition's set, but where the kept mass lies within about
-// 2^-40 of the target.
+// Typical-p's boundary is found in exact integer masses (llm.h's q_i), without a sort of the
+// row: on the CPU, buckets linear in the shift, then a sort of the boundary bucket; on CUDA
+// (truncate_cuda.cu, a cluster of CTAs a row), levels of histograms (binned linearly, then by
+// the shifts' float64 bits). Both give the definition's set, but where the kept mass lies
+// within about 2^-40 of the target.
 #include "common/macros.h"
 
 #include <ATen/core/Tensor.h>
