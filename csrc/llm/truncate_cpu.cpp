@@ -32,26 +32,51 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// Sums in kLanes partial sums, item i into lane i % kLanes: one float64 chain would wait on
+// each add's latency (4 cycles an item); these overlap.
+constexpr int kLanes = 8;
+
 void sigma_row(const float* y, float* o, int64_t v, double n) {
-  double sum = 0.0, top = -kInf;
-  int64_t count = 0;
+  double sum[kLanes] = {};
+  float top[kLanes];
+  int64_t count[kLanes] = {};
+  std::fill(top, top + kLanes, -kInf);
   bool bad = false;
-  for (int64_t i = 0; i < v; ++i) {
-    bad |= std::isnan(y[i]) || y[i] == kInf;
-    if (!std::isfinite(y[i])) continue;
-    sum += y[i], top = std::max(top, static_cast<double>(y[i])), ++count;
+  auto first = [&](int l, float x) {
+    const bool finite = std::isfinite(x);
+    bad |= std::isnan(x) || x == kInf;
+    sum[l] += finite ? x : 0.0f, top[l] = finite ? std::max(top[l], x) : top[l], count[l] += finite;
+  };
+  const int64_t whole = v / kLanes * kLanes;
+  for (int64_t i = 0; i < whole; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) first(l, y[i + l]);
   }
-  if (bad || count == 0) {
+  for (int64_t i = whole; i < v; ++i) first(static_cast<int>(i - whole), y[i]);
+  double total = 0.0, var = 0.0;
+  float peak = -kInf;
+  int64_t finite = 0;
+  for (int l = 0; l < kLanes; ++l) total += sum[l], peak = std::max(peak, top[l]), finite += count[l];
+  if (bad || finite == 0) {
     std::fill(o, o + v, std::numeric_limits<float>::quiet_NaN());
     return;
   }
-  const double mean = sum / static_cast<double>(count);
-  double var = 0.0;
-  for (int64_t i = 0; i < v; ++i) {
-    if (std::isfinite(y[i])) var += (y[i] - mean) * (y[i] - mean);
+  const double mean = total / static_cast<double>(finite);
+  double dev[kLanes] = {};
+  auto second = [&](int l, float x) {
+    const double d = std::isfinite(x) ? x - mean : 0.0;
+    dev[l] += d * d;
+  };
+  for (int64_t i = 0; i < whole; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) second(l, y[i + l]);
   }
-  const double floor = top - n * std::sqrt(var / static_cast<double>(count));
-  for (int64_t i = 0; i < v; ++i) o[i] = static_cast<double>(y[i]) >= floor ? y[i] : -kInf;
+  for (int64_t i = whole; i < v; ++i) second(static_cast<int>(i - whole), y[i]);
+  for (int l = 0; l < kLanes; ++l) var += dev[l];
+  const double floor = peak - n * std::sqrt(var / static_cast<double>(finite));
+  // The least float at or above the floor: float compares keep exactly the items with y >= floor.
+  float cut = static_cast<float>(floor);
+  if (static_cast<double>(cut) < floor) cut = std::nextafter(cut, kInf);
+  if (std::isnan(floor)) cut = std::numeric_limits<float>::quiet_NaN();  // no item is kept, as y >= NaN
+  for (int64_t i = 0; i < v; ++i) o[i] = y[i] >= cut ? y[i] : -kInf;
 }
 
 // A row's buffers for typical_row.
