@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(kPlainThreads, 2)  // two CTAs an SM: more loa
   static_assert(!kTopN || (kLogits && kTopK && !kPlan), "top n: logits, the thresholds variant, no plan");
   extern __shared__ __align__(16) unsigned char smem[];  // top-k: over the 48 KB of static shared memory
   PlainShared& sh = *reinterpret_cast<PlainShared*>(smem);
-  let_next_grid_start();  // deferred rows' or top-n's kernels wait for this one's end themselves
+  wait_for_previous_grid();  // started early behind the stream's previous kernel, whose outputs it reads
+  let_next_grid_start();     // after the wait: a grid started sooner would only hold SMs to wait on this one
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t cs = cluster.num_blocks();
   const int64_t row = blockIdx.x / cs;
@@ -265,7 +266,7 @@ void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float
   // The attribute is set once a device: a plan's launches take up to kPlanSmem.
   auto kernel = plain_kernel<scalar_t, kLogits, kTopK, kPlan, kTopN>;
   if (kTopK || kPlan) allow_shared_memory<plain_kernel<scalar_t, kLogits, kTopK, kPlan, kTopN>>(kPlan ? kPlanSmem : smem);
-  launch_clusters(false, kernel, call.rows, cluster, kPlainThreads, smem, call.x.const_data_ptr<scalar_t>(), call.v,
+  launch_clusters(true, kernel, call.rows, cluster, kPlainThreads, smem, call.x.const_data_ptr<scalar_t>(), call.v,
                   call.samples, call.controls, philox, call.logprobs, tokens, logprobs, deferred, plan, top);
 }
 

@@ -145,13 +145,15 @@ __device__ __noinline__ uint32_t top_k_threshold(PlainShared& sh, TopKShared& ts
     __syncthreads();
     if (mine) {
       uint64_t above = 0, at_or_above = 0;
-      int tied_before = 0;  // equal values at lower indices: the composite key's order
-      for (int j = 0; j < total; ++j) {
-        above += ts.keys[j] > key, at_or_above += ts.keys[j] >= key;
-        if constexpr (kTopN) tied_before += ts.keys[j] == key && tn->index[j] < index;
-      }
+      for (int j = 0; j < total; ++j) above += ts.keys[j] > key, at_or_above += ts.keys[j] >= key;
       if (above < k && k <= at_or_above) ts.thr_k = key;  // every writer writes the same key
       if constexpr (kTopN) {
+        // Equal values at lower indices (the composite key's order), counted only for a tied
+        // item that may be placed: reading the indices in the loop above slowed every row.
+        uint64_t tied_before = 0;
+        if (above < static_cast<uint64_t>(n) && at_or_above > above + 1) {
+          for (int j = 0; j < total; ++j) tied_before += ts.keys[j] == key && tn->index[j] < index;
+        }
         const uint64_t place = above + tied_before;
         if (place < static_cast<uint64_t>(n)) tn->top_index[place] = index, tn->top_y[place] = y;
       }

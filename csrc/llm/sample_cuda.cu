@@ -406,7 +406,6 @@ template <typename scalar_t, bool kLogits, bool kPlan>
 __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
-  let_next_grid_start();  // top-n's kernels wait for this one's end themselves
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t cs = cluster.num_blocks();
   const int64_t row = blockIdx.x / cs;
@@ -433,6 +432,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Args<scalar_t> a) {
     }
   };
   if (a.only) wait_for_previous_grid();  // launched behind the plain kernel, which wrote `only`
+  let_next_grid_start();  // after the wait, as the plain kernel's: top-n's kernels wait for this one's end
   if (a.only && !a.only[row]) return;  // the plain kernel's row (the same in every CTA of the row)
   if (!rc.valid) return finish_invalid();
 

@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)  // 64 registers: t
     top_p_kernel(const scalar_t* x, int64_t v, Controls controls, at::PhiloxCudaState philox, int64_t* tokens,
                  float* logprobs, PlanArg plan) {
   __shared__ TopPShared<kThreads> sh;
-  let_next_grid_start();  // top-n's kernels wait for this one's end themselves
+  wait_for_previous_grid();  // started early behind the stream's previous kernel, whose outputs it reads
+  let_next_grid_start();     // top-n's kernels wait for this one's end themselves
   const int64_t row = blockIdx.x;
   const RowControls rc = row_controls(controls, row);
   const int64_t quads = (v + 3) / 4;
@@ -287,10 +288,9 @@ void launch(const Call& call, at::PhiloxCudaState philox, int64_t* tokens, float
   if (kPlan) plan.stage_for(call.v, kPlanSmem);
   // The attribute is set once a device: a plan's launches take up to kPlanSmem.
   if (kPlan) allow_shared_memory<top_p_kernel<scalar_t, kLogits, kThreads, kPlan>>(kPlanSmem);
-  top_p_kernel<scalar_t, kLogits, kThreads, kPlan>
-      <<<static_cast<unsigned>(call.rows), kThreads, plan.stage_bytes(), at::cuda::getCurrentCUDAStream()>>>(
-          call.x.const_data_ptr<scalar_t>(), call.v, call.controls, philox, tokens, logprobs, plan);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_after_previous(top_p_kernel<scalar_t, kLogits, kThreads, kPlan>, static_cast<unsigned>(call.rows), kThreads,
+                        plan.stage_bytes(), at::cuda::getCurrentCUDAStream(), call.x.const_data_ptr<scalar_t>(), call.v,
+                        call.controls, philox, tokens, logprobs, plan);
 }
 
 }  // namespace
