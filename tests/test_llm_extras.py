@@ -124,6 +124,24 @@ def test_top_n_sigma_op_on_long_rows_with_ties(device, n, v):
         assert torch.equal(torch.isfinite(out[r].cpu()), sigma_reference(x[r].double(), n))
 
 
+def test_top_n_sigma_op_alone_and_in_a_batch(device):
+    """A row alone (on the CPU, its passes split over the threads in chunks) and the same row
+    in a batch (a row a thread) give the same values, and the reference's kept set; a NaN
+    entry or an out-of-range n makes the row alone NaN."""
+    x = (_long_rows(50_001) + 100.0).to(device)
+    n = torch.tensor([0.3, 1.0, 3.0], dtype=torch.float64, device=device)
+    batch = torch.ops.wrs.top_n_sigma_logits(x, n)
+    for r in range(3):
+        alone = torch.ops.wrs.top_n_sigma_logits(x[r : r + 1], n[r : r + 1])
+        assert torch.equal(alone[0], batch[r])
+        assert torch.equal(torch.isfinite(alone[0].cpu()), sigma_reference(x[r].cpu().double(), float(n[r])))
+    y = x[:1].clone()
+    y[0, 20_000] = float("nan")
+    assert torch.isnan(torch.ops.wrs.top_n_sigma_logits(y, n[:1])).all()
+    assert torch.isnan(torch.ops.wrs.top_n_sigma_logits(x[:1], torch.tensor([-1.0], dtype=torch.float64,
+                                                                             device=device))).all()
+
+
 def test_truncation_ops_on_special_rows(device):
     x = torch.randn(5, 300, generator=torch.Generator().manual_seed(2)).to(device)
     x[0, 7] = float("nan")

@@ -36,47 +36,144 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // each add's latency (4 cycles an item); these overlap.
 constexpr int kLanes = 8;
 
-void sigma_row(const float* y, float* o, int64_t v, double n) {
+// Top-n-sigma's passes go over fixed chunks of a row, whose partial results combine in chunk
+// order: the same sums whatever the threads, and rows fewer than the threads split over them.
+constexpr int64_t kChunk = 16384;
+
+struct Moments {  // a chunk's first pass
+  double sum = 0.0;
+  float top = -kInf;
+  int64_t count = 0;
+  bool bad = false;
+};
+
+Moments first_pass(const float* y, int64_t lo, int64_t hi) {
   double sum[kLanes] = {};
   float top[kLanes];
   int64_t count[kLanes] = {};
   std::fill(top, top + kLanes, -kInf);
   bool bad = false;
-  auto first = [&](int l, float x) {
+  auto add = [&](int l, float x) {
     const bool finite = std::isfinite(x);
     bad |= std::isnan(x) || x == kInf;
     sum[l] += finite ? x : 0.0f, top[l] = finite ? std::max(top[l], x) : top[l], count[l] += finite;
   };
-  const int64_t whole = v / kLanes * kLanes;
-  for (int64_t i = 0; i < whole; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) first(l, y[i + l]);
+  const int64_t whole = lo + (hi - lo) / kLanes * kLanes;
+  for (int64_t i = lo; i < whole; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) add(l, y[i + l]);
   }
-  for (int64_t i = whole; i < v; ++i) first(static_cast<int>(i - whole), y[i]);
-  double total = 0.0, var = 0.0;
-  float peak = -kInf;
-  int64_t finite = 0;
-  for (int l = 0; l < kLanes; ++l) total += sum[l], peak = std::max(peak, top[l]), finite += count[l];
-  if (bad || finite == 0) {
-    std::fill(o, o + v, std::numeric_limits<float>::quiet_NaN());
-    return;
-  }
-  const double mean = total / static_cast<double>(finite);
+  for (int64_t i = whole; i < hi; ++i) add(static_cast<int>(i - whole), y[i]);
+  Moments m;
+  m.bad = bad;
+  for (int l = 0; l < kLanes; ++l) m.sum += sum[l], m.top = std::max(m.top, top[l]), m.count += count[l];
+  return m;
+}
+
+double second_pass(const float* y, int64_t lo, int64_t hi, double mean) {
   double dev[kLanes] = {};
-  auto second = [&](int l, float x) {
+  auto add = [&](int l, float x) {
     const double d = std::isfinite(x) ? x - mean : 0.0;
     dev[l] += d * d;
   };
-  for (int64_t i = 0; i < whole; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) second(l, y[i + l]);
+  const int64_t whole = lo + (hi - lo) / kLanes * kLanes;
+  for (int64_t i = lo; i < whole; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) add(l, y[i + l]);
   }
-  for (int64_t i = whole; i < v; ++i) second(static_cast<int>(i - whole), y[i]);
+  for (int64_t i = whole; i < hi; ++i) add(static_cast<int>(i - whole), y[i]);
+  double var = 0.0;
   for (int l = 0; l < kLanes; ++l) var += dev[l];
-  const double floor = peak - n * std::sqrt(var / static_cast<double>(finite));
-  // The least float at or above the floor: float compares keep exactly the items with y >= floor.
-  float cut = static_cast<float>(floor);
-  if (static_cast<double>(cut) < floor) cut = std::nextafter(cut, kInf);
-  if (std::isnan(floor)) cut = std::numeric_limits<float>::quiet_NaN();  // no item is kept, as y >= NaN
-  for (int64_t i = 0; i < v; ++i) o[i] = y[i] >= cut ? y[i] : -kInf;
+  return var;
+}
+
+// A row's state between the passes: its moments, then its mean (NaN: a NaN row), then its cut.
+struct SigmaRow {
+  Moments all;
+  double mean = 0.0, var = 0.0;
+  float cut = 0.0f;
+  bool nan_row = false;
+};
+
+// The rows' passes, each over every (row, chunk) in parallel where rows are fewer than the
+// threads, else a row a task; n[b] is row b's control (checked here: out of range, a NaN row).
+void sigma_rows(const float* x, float* o, int64_t rows, int64_t v, const double* n) {
+  const int64_t chunks = (v + kChunk - 1) / kChunk;
+  const bool split = rows < at::get_num_threads() && chunks > 1;
+  std::vector<SigmaRow> st(rows);
+  auto range = [&](int64_t c) { return std::pair<int64_t, int64_t>{c * kChunk, std::min(v, (c + 1) * kChunk)}; };
+  auto moments = [&](int64_t b) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      const auto [lo, hi] = range(c);
+      const Moments m = first_pass(x + b * v, lo, hi);
+      Moments& a = st[b].all;
+      a.sum += m.sum, a.top = std::max(a.top, m.top), a.count += m.count, a.bad |= m.bad;
+    }
+  };
+  auto settle_mean = [&](int64_t b) {
+    SigmaRow& r = st[b];
+    r.nan_row = r.all.bad || r.all.count == 0 || !(n[b] >= 0.0 && n[b] < kInf);
+    r.mean = r.all.sum / static_cast<double>(std::max<int64_t>(r.all.count, 1));
+  };
+  auto settle_cut = [&](int64_t b) {
+    SigmaRow& r = st[b];
+    const double floor = r.all.top - n[b] * std::sqrt(r.var / static_cast<double>(std::max<int64_t>(r.all.count, 1)));
+    // The least float at or above the floor: float compares keep exactly the items with y >= floor.
+    r.cut = static_cast<float>(floor);
+    if (static_cast<double>(r.cut) < floor) r.cut = std::nextafter(r.cut, kInf);
+    if (std::isnan(floor)) r.cut = std::numeric_limits<float>::quiet_NaN();  // no item is kept, as y >= NaN
+  };
+  auto write = [&](int64_t b, int64_t lo, int64_t hi) {
+    const float* y = x + b * v;
+    float* out = o + b * v;
+    if (st[b].nan_row) return std::fill(out + lo, out + hi, std::numeric_limits<float>::quiet_NaN());
+    const float cut = st[b].cut;
+    for (int64_t i = lo; i < hi; ++i) out[i] = y[i] >= cut ? y[i] : -kInf;
+  };
+  if (!split) {
+    wrs::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t b = r0; b < r1; ++b) {
+        moments(b), settle_mean(b);
+        if (!st[b].nan_row) {
+          for (int64_t c = 0; c < chunks; ++c) {
+            const auto [lo, hi] = range(c);
+            st[b].var += second_pass(x + b * v, lo, hi, st[b].mean);
+          }
+          settle_cut(b);
+        }
+        write(b, 0, v);
+      }
+    });
+    return;
+  }
+  const int64_t parts = rows * chunks;
+  std::vector<Moments> m(parts);
+  std::vector<double> var(parts, 0.0);
+  wrs::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const auto [lo, hi] = range(p % chunks);
+      m[p] = first_pass(x + (p / chunks) * v, lo, hi);
+    }
+  });
+  for (int64_t p = 0; p < parts; ++p) {  // in chunk order, as moments() adds them
+    Moments& a = st[p / chunks].all;
+    a.sum += m[p].sum, a.top = std::max(a.top, m[p].top), a.count += m[p].count, a.bad |= m[p].bad;
+  }
+  for (int64_t b = 0; b < rows; ++b) settle_mean(b);
+  wrs::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const auto [lo, hi] = range(p % chunks);
+      if (!st[p / chunks].nan_row) var[p] = second_pass(x + (p / chunks) * v, lo, hi, st[p / chunks].mean);
+    }
+  });
+  for (int64_t p = 0; p < parts; ++p) st[p / chunks].var += var[p];
+  for (int64_t b = 0; b < rows; ++b) {
+    if (!st[b].nan_row) settle_cut(b);
+  }
+  wrs::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const auto [lo, hi] = range(p % chunks);
+      write(p / chunks, lo, hi);
+    }
+  });
 }
 
 // A row's buffers for typical_row.
@@ -161,20 +258,22 @@ at::Tensor truncate_cpu(const at::Tensor& y, const at::Tensor& control, const ch
   const float* x = c.y.const_data_ptr<float>();
   const double* ctl = c.control.const_data_ptr<double>();
   float* o = out.data_ptr<float>();
-  wrs::parallel_for(0, c.rows, 1, [&](int64_t lo, int64_t hi) {
-    TypicalScratch scratch;
-    if (kTypical) scratch.resize(c.v);
-    for (int64_t b = lo; b < hi; ++b) {
-      const double k = ctl[b];
-      if (kTypical ? !(k > 0.0 && k <= 1.0) : !(k >= 0.0 && k < std::numeric_limits<double>::infinity())) {
-        std::fill(o + b * c.v, o + (b + 1) * c.v, std::numeric_limits<float>::quiet_NaN());
-      } else if constexpr (kTypical) {
-        typical_row(x + b * c.v, o + b * c.v, c.v, k, scratch);
-      } else {
-        sigma_row(x + b * c.v, o + b * c.v, c.v, k);
+  if constexpr (!kTypical) {
+    sigma_rows(x, o, c.rows, c.v, ctl);
+  } else {
+    wrs::parallel_for(0, c.rows, 1, [&](int64_t lo, int64_t hi) {
+      TypicalScratch scratch;
+      scratch.resize(c.v);
+      for (int64_t b = lo; b < hi; ++b) {
+        const double k = ctl[b];
+        if (!(k > 0.0 && k <= 1.0)) {
+          std::fill(o + b * c.v, o + (b + 1) * c.v, std::numeric_limits<float>::quiet_NaN());
+        } else {
+          typical_row(x + b * c.v, o + b * c.v, c.v, k, scratch);
+        }
       }
-    }
-  });
+    });
+  }
   return out;
 }
 
