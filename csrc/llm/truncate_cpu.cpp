@@ -45,6 +45,7 @@ struct Moments {  // a chunk's first pass
   float top = -kInf;
   int64_t count = 0;
   bool bad = false;
+  void add(const Moments& m) { sum += m.sum, top = std::max(top, m.top), count += m.count, bad |= m.bad; }
 };
 
 Moments first_pass(const float* y, int64_t lo, int64_t hi) {
@@ -103,9 +104,7 @@ void sigma_rows(const float* x, float* o, int64_t rows, int64_t v, const double*
   auto moments = [&](int64_t b) {
     for (int64_t c = 0; c < chunks; ++c) {
       const auto [lo, hi] = range(c);
-      const Moments m = first_pass(x + b * v, lo, hi);
-      Moments& a = st[b].all;
-      a.sum += m.sum, a.top = std::max(a.top, m.top), a.count += m.count, a.bad |= m.bad;
+      st[b].all.add(first_pass(x + b * v, lo, hi));
     }
   };
   auto settle_mean = [&](int64_t b) {
@@ -153,10 +152,7 @@ void sigma_rows(const float* x, float* o, int64_t rows, int64_t v, const double*
       m[p] = first_pass(x + (p / chunks) * v, lo, hi);
     }
   });
-  for (int64_t p = 0; p < parts; ++p) {  // in chunk order, as moments() adds them
-    Moments& a = st[p / chunks].all;
-    a.sum += m[p].sum, a.top = std::max(a.top, m[p].top), a.count += m[p].count, a.bad |= m[p].bad;
-  }
+  for (int64_t p = 0; p < parts; ++p) st[p / chunks].all.add(m[p]);  // in chunk order, as moments() adds them
   for (int64_t b = 0; b < rows; ++b) settle_mean(b);
   wrs::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
