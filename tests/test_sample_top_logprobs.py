@@ -71,10 +71,9 @@ def test_rows_the_lists_do_not_serve(device):
     assert (ranks[7] == 1).all() and torch.equal(tokens[7], x[7].argmax().expand(2))
 
 
-
 def test_many_rows_left_to_the_chunk_kernels(device):
     """Rows the lists do not serve (no top-k) between rows they serve, several a GPU
-    multiprocessor: each row's last chunk CTA merges it, from its chunks' results alone."""
+    multiprocessor: top_logprobs' chunk and merge kernels serve the flagged rows alone."""
     x = _logits(48, 60_000, 11).to(device)
     top_k = torch.tensor([0, 50] * 24, device=device)
     _check(x, 20, 3, top_k=top_k, temperature_value=0.8)
