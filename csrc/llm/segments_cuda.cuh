@@ -95,6 +95,24 @@ __device__ inline float override_value(const PlanRow<scalar_t>& s, int64_t v, ui
   return i >= 0 && i < s.cap ? __int_as_float(s.plan[plan_values_at(v) + i]) : NAN;
 }
 
+// n ints from global memory to shared, eight loads in flight a thread.
+__device__ inline void stage_copy(int32_t* to, const int32_t* from, int n) {
+  constexpr int kBatch = 8;
+  for (int j0 = threadIdx.x; j0 < n; j0 += kBatch * blockDim.x) {
+    int32_t t[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = j0 + u * blockDim.x;
+      t[u] = j < n ? from[j] : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = j0 + u * blockDim.x;
+      if (j < n) to[j] = t[u];
+    }
+  }
+}
+
 // Row `row`'s reader; with a plan, the CTA stages the prefixes of the words over quads
 // [q_begin, q_end) and their override values (up to `max_words` and `max_values`) in
 // `staging` (shared memory) and synchronises the block. Every thread of the block calls it.
@@ -116,8 +134,8 @@ __device__ inline RowOf<kPlan, scalar_t> make_row(const PlanArg& p, const scalar
       r.n0 = static_cast<int>(min(max(int64_t{prefix[k0]}, int64_t{0}), p.cap));
       const int64_t n1 = k1 < words ? min(int64_t{prefix[k1]}, p.cap) : p.cap;
       r.values = static_cast<int>(max(int64_t{0}, min(n1 - r.n0, static_cast<int64_t>(max_values))));
-      for (int j = threadIdx.x; j < r.words; j += blockDim.x) staging[j] = prefix[k0 + j];
-      for (int j = threadIdx.x; j < r.values; j += blockDim.x) staging[r.words + j] = r.plan[plan_values_at(v) + r.n0 + j];
+      stage_copy(staging, prefix + k0, r.words);
+      stage_copy(staging + r.words, r.plan + plan_values_at(v) + r.n0, r.values);
       __syncthreads();
     }
     return r;
@@ -136,16 +154,16 @@ template <typename scalar_t>
 __device__ inline void apply_plan(const PlanRow<scalar_t>& s, int64_t v, int64_t q, uint2 w, int present, float scale,
                                   float (&y)[4]) {
   const int shift = static_cast<int>(4 * (q & 7));
-  const uint32_t allowed = (w.x >> shift) & 0xFu, over = (w.y >> shift) & 0xFu;
-  if ((allowed & ~over) == 0xFu) return;
+  const uint32_t exists = present >= 4 ? 0xFu : (1u << present) - 1u;
+  const uint32_t allowed = (w.x >> shift) | ~exists, over = (w.y >> shift) & exists & 0xFu;
+  // Selects for the bitmask, a branch only for the few overridden items: the stream's
+  // iterations stay short, so its loads follow each other closely.
+#pragma unroll
+  for (int h = 0; h < 4; ++h) y[h] = (allowed >> h) & 1u ? y[h] : -INFINITY;
+  if (over == 0) return;
 #pragma unroll
   for (int h = 0; h < 4; ++h) {
-    if (h >= present) continue;
-    if ((over >> h) & 1u) {
-      y[h] = override_value(s, v, w.y, 4 * q + h) * scale;
-    } else if (!((allowed >> h) & 1u)) {
-      y[h] = -INFINITY;
-    }
+    if ((over >> h) & 1u) y[h] = override_value(s, v, w.y, 4 * q + h) * scale;
   }
 }
 
